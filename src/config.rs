@@ -1,0 +1,460 @@
+//! [`LockConfig`]: the immutable settings every lock runs with, and their validation.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The settings a lock runs with: TTL, retries, clock-drift allowance and per-node timeout.
+///
+/// A `LockConfig` is an immutable value: it can only be built through
+/// [`LockConfig::builder`] (or [`LockConfig::default`]), and every way of building one
+/// validates it, so a lock never runs with settings that make no sense (a zero TTL, a
+/// drift allowance that eats the whole TTL, a per-node timeout close to the TTL, ...).
+///
+/// The defaults are those of the original design, plus the Redlock reference values:
+///
+/// | setting | default | meaning |
+/// |---|---|---|
+/// | [`ttl`](Self::ttl) | 30 s | how long a lock lives on a node unless refreshed |
+/// | [`auto_release`](Self::auto_release) | `true` | dropping a [`LockGuard`](crate::LockGuard) releases the lock in the background |
+/// | [`retry_count`](Self::retry_count) | 3 | retries after the first attempt of a blocking `acquire` (4 attempts in all) |
+/// | [`retry_delay`](Self::retry_delay) | 200 ms | mean wait between two attempts |
+/// | [`retry_jitter`](Self::retry_jitter) | 100 ms | each wait is drawn uniformly from `retry_delay ± retry_jitter` |
+/// | [`drift_factor`](Self::drift_factor) | 0.01 | clock-drift allowance: `ttl * drift_factor + 2 ms` is subtracted from the validity |
+/// | [`node_timeout`](Self::node_timeout) | 50 ms | how long one node may take to answer one command |
+/// | [`key_prefix`](Self::key_prefix) | none | prepended to the resource name to form the Redis key |
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::LockConfig;
+///
+/// let config = LockConfig::builder()
+///     .ttl(Duration::from_secs(10))
+///     .retry_count(5)
+///     .build()?;
+/// assert_eq!(config.ttl(), Duration::from_secs(10));
+/// assert_eq!(config.retry_delay(), Duration::from_millis(200)); // untouched default
+///
+/// // Nonsense is rejected with a typed error, not a panic:
+/// let err = LockConfig::builder().ttl(Duration::ZERO).build().unwrap_err();
+/// assert!(err.to_string().contains("TTL"));
+/// # Ok::<(), quorumlock::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockConfig {
+    ttl: Duration,
+    auto_release: bool,
+    retry_count: u32,
+    retry_delay: Duration,
+    retry_jitter: Duration,
+    drift_factor: f64,
+    node_timeout: Duration,
+    key_prefix: Option<String>,
+}
+
+impl LockConfig {
+    /// Default TTL: 30 seconds.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+    /// Default number of retries after the first attempt: 3.
+    pub const DEFAULT_RETRY_COUNT: u32 = 3;
+    /// Default mean delay between attempts: 200 ms.
+    pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
+    /// Default jitter around the retry delay: 100 ms.
+    pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
+    /// Default clock-drift factor: 1 % of the TTL, as in the Redlock reference implementations.
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+    /// Default per-node timeout: 50 ms, the top of the range the Redlock spec gives for a 10 s TTL.
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// The fixed part of the drift allowance: 1 ms of Redis expiry precision plus 1 ms minimum drift.
+    pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+    /// The longest TTL accepted: 30 days. Longer values are almost always a unit mistake
+    /// (milliseconds passed as seconds), and the bound keeps every deadline computation far
+    /// from overflow.
+    pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+    /// The per-node timeout may be at most this fraction of the TTL (1/10), so that a slow
+    /// node cannot consume the validity of the lock.
+    pub const MAX_NODE_TIMEOUT_SHARE: u32 = 10;
+    /// The longest key prefix accepted, in bytes.
+    pub const MAX_KEY_PREFIX_LEN: usize = 256;
+
+    /// Starts a builder from the defaults.
+    pub fn builder() -> LockConfigBuilder {
+        LockConfigBuilder {
+            config: LockConfig::default(),
+        }
+    }
+
+    /// Starts a builder from this configuration, to derive a changed copy.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use quorumlock::LockConfig;
+    /// let base = LockConfig::default();
+    /// let short = base.to_builder().ttl(Duration::from_secs(5)).build()?;
+    /// assert_eq!(base.ttl(), Duration::from_secs(30));
+    /// assert_eq!(short.ttl(), Duration::from_secs(5));
+    /// # Ok::<(), quorumlock::ConfigError>(())
+    /// ```
+    pub fn to_builder(&self) -> LockConfigBuilder {
+        LockConfigBuilder {
+            config: self.clone(),
+        }
+    }
+
+    /// A copy of this configuration with another TTL, validated again.
+    pub fn with_ttl(&self, ttl: Duration) -> Result<LockConfig, ConfigError> {
+        self.to_builder().ttl(ttl).build()
+    }
+
+    /// How long a lock lives on a node unless refreshed (Redis `PX`).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Whether dropping a [`LockGuard`](crate::LockGuard) without releasing it releases the
+    /// lock in the background. When off, a dropped guard's keys live until their TTL.
+    pub fn auto_release(&self) -> bool {
+        self.auto_release
+    }
+
+    /// How many times a blocking `acquire` retries after its first attempt.
+    pub fn retry_count(&self) -> u32 {
+        self.retry_count
+    }
+
+    /// The mean wait between two attempts of a blocking `acquire`.
+    pub fn retry_delay(&self) -> Duration {
+        self.retry_delay
+    }
+
+    /// Each wait between attempts is drawn uniformly from `retry_delay ± retry_jitter`, so
+    /// that competing clients do not retry in lockstep.
+    pub fn retry_jitter(&self) -> Duration {
+        self.retry_jitter
+    }
+
+    /// The share of the TTL allowed for clock drift between this client and the nodes.
+    pub fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// How long one node may take to answer one command before it counts as failed.
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// Prepended to every resource name to form its Redis key; `None` means the key is the
+    /// resource name itself, which lets this library exclude other Redlock clients (rslock,
+    /// node-redlock, redsync) locking the same names.
+    pub fn key_prefix(&self) -> Option<&str> {
+        self.key_prefix.as_deref()
+    }
+
+    /// The clock-drift allowance subtracted from every validity: `ttl * drift_factor + 2 ms`.
+    pub fn drift_allowance(&self) -> Duration {
+        drift_allowance(self.ttl, self.drift_factor).unwrap_or(Duration::MAX)
+    }
+
+    /// The longest validity an acquisition can have: the TTL less the drift allowance. The
+    /// validity actually granted is this less the time the acquisition took.
+    pub fn max_validity(&self) -> Duration {
+        self.ttl.saturating_sub(self.drift_allowance())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let ttl = self.ttl;
+        if ttl.is_zero() {
+            return Err(ConfigError::ZeroTtl);
+        }
+        if !ttl.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(ConfigError::SubMillisecondTtl { ttl });
+        }
+        if ttl > Self::MAX_TTL {
+            return Err(ConfigError::TtlTooLong {
+                ttl,
+                max: Self::MAX_TTL,
+            });
+        }
+        if !self.drift_factor.is_finite() || !(0.0..1.0).contains(&self.drift_factor) {
+            return Err(ConfigError::InvalidDriftFactor {
+                factor: self.drift_factor,
+            });
+        }
+        if self.node_timeout.is_zero() {
+            return Err(ConfigError::ZeroNodeTimeout);
+        }
+        let max_node_timeout = ttl / Self::MAX_NODE_TIMEOUT_SHARE;
+        if self.node_timeout > max_node_timeout {
+            return Err(ConfigError::NodeTimeoutTooLong {
+                node_timeout: self.node_timeout,
+                ttl,
+                max: max_node_timeout,
+            });
+        }
+        let drift = drift_allowance(ttl, self.drift_factor).unwrap_or(Duration::MAX);
+        let spent = drift.saturating_add(self.node_timeout);
+        if spent >= ttl {
+            return Err(ConfigError::NoValidityLeft {
+                ttl,
+                drift,
+                node_timeout: self.node_timeout,
+            });
+        }
+        if self.retry_count > 0 && self.retry_delay.is_zero() {
+            return Err(ConfigError::ZeroRetryDelay);
+        }
+        if self.retry_jitter > self.retry_delay {
+            return Err(ConfigError::JitterExceedsDelay {
+                jitter: self.retry_jitter,
+                delay: self.retry_delay,
+            });
+        }
+        if let Some(prefix) = &self.key_prefix {
+            if prefix.len() > Self::MAX_KEY_PREFIX_LEN {
+                return Err(ConfigError::KeyPrefixTooLong {
+                    len: prefix.len(),
+                    max: Self::MAX_KEY_PREFIX_LEN,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for LockConfig {
+    fn default() -> Self {
+        LockConfig {
+            ttl: Self::DEFAULT_TTL,
+            auto_release: true,
+            retry_count: Self::DEFAULT_RETRY_COUNT,
+            retry_delay: Self::DEFAULT_RETRY_DELAY,
+            retry_jitter: Self::DEFAULT_RETRY_JITTER,
+            drift_factor: Self::DEFAULT_DRIFT_FACTOR,
+            node_timeout: Self::DEFAULT_NODE_TIMEOUT,
+            key_prefix: None,
+        }
+    }
+}
+
+/// `ttl * factor + 2 ms`, or `None` when it cannot be represented.
+fn drift_allowance(ttl: Duration, factor: f64) -> Option<Duration> {
+    let proportional = Duration::try_from_secs_f64(ttl.as_secs_f64() * factor).ok()?;
+    proportional.checked_add(LockConfig::DRIFT_FLOOR)
+}
+
+/// Builds a validated [`LockConfig`]; start one with [`LockConfig::builder`].
+///
+/// Setters never fail; [`build`](Self::build) checks the whole configuration at once, so
+/// the order of the calls does not matter.
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct LockConfigBuilder {
+    config: LockConfig,
+}
+
+impl LockConfigBuilder {
+    /// Sets the TTL: a whole number of milliseconds, at most [`LockConfig::MAX_TTL`].
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// Sets whether dropped guards release their lock in the background.
+    pub fn auto_release(mut self, auto_release: bool) -> Self {
+        self.config.auto_release = auto_release;
+        self
+    }
+
+    /// Sets how many times a blocking `acquire` retries after its first attempt.
+    pub fn retry_count(mut self, retry_count: u32) -> Self {
+        self.config.retry_count = retry_count;
+        self
+    }
+
+    /// Sets the mean delay between attempts (non-zero when retries are enabled).
+    pub fn retry_delay(mut self, retry_delay: Duration) -> Self {
+        self.config.retry_delay = retry_delay;
+        self
+    }
+
+    /// Sets the jitter around the retry delay (at most the delay itself).
+    pub fn retry_jitter(mut self, retry_jitter: Duration) -> Self {
+        self.config.retry_jitter = retry_jitter;
+        self
+    }
+
+    /// Sets the clock-drift factor, in `[0, 1)`.
+    pub fn drift_factor(mut self, drift_factor: f64) -> Self {
+        self.config.drift_factor = drift_factor;
+        self
+    }
+
+    /// Sets the per-node timeout (non-zero, at most a tenth of the TTL).
+    pub fn node_timeout(mut self, node_timeout: Duration) -> Self {
+        self.config.node_timeout = node_timeout;
+        self
+    }
+
+    /// Sets a prefix for every Redis key (an empty prefix means none).
+    pub fn key_prefix(mut self, key_prefix: impl Into<String>) -> Self {
+        let prefix = key_prefix.into();
+        self.config.key_prefix = (!prefix.is_empty()).then_some(prefix);
+        self
+    }
+
+    /// Validates the settings and returns the configuration.
+    pub fn build(self) -> Result<LockConfig, ConfigError> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The seed's LockConfigTest: defaults, immutability through the builder, validation.
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn defaults_are_the_designed_ones() {
+        let config = LockConfig::default();
+        assert_eq!(config.ttl(), Duration::from_secs(30));
+        assert!(config.auto_release());
+        assert_eq!(config.retry_count(), 3);
+        assert_eq!(config.retry_delay(), ms(200));
+        assert_eq!(config.retry_jitter(), ms(100));
+        assert_eq!(config.drift_factor(), 0.01);
+        assert_eq!(config.node_timeout(), ms(50));
+        assert_eq!(config.key_prefix(), None);
+        assert_eq!(LockConfig::builder().build(), Ok(config));
+    }
+
+    #[test]
+    fn drift_allowance_follows_the_reference_formula() {
+        let config = LockConfig::default();
+        assert_eq!(config.drift_allowance(), ms(300 + 2));
+        assert_eq!(config.max_validity(), ms(30_000 - 302));
+    }
+
+    #[test]
+    fn builder_derives_copies_without_touching_the_original() {
+        let base = LockConfig::default();
+        let changed = base
+            .to_builder()
+            .ttl(Duration::from_secs(5))
+            .auto_release(false)
+            .retry_count(0)
+            .key_prefix("locks:")
+            .build()
+            .unwrap();
+        assert_eq!(base, LockConfig::default());
+        assert_eq!(changed.ttl(), Duration::from_secs(5));
+        assert!(!changed.auto_release());
+        assert_eq!(changed.retry_count(), 0);
+        assert_eq!(changed.key_prefix(), Some("locks:"));
+        assert_eq!(base.with_ttl(ms(1500)).unwrap().ttl(), ms(1500));
+    }
+
+    #[test]
+    fn empty_key_prefix_means_none() {
+        let config = LockConfig::builder().key_prefix("").build().unwrap();
+        assert_eq!(config.key_prefix(), None);
+    }
+
+    #[test]
+    fn rejects_zero_sub_millisecond_and_huge_ttls() {
+        let build = |ttl| LockConfig::builder().ttl(ttl).build();
+        assert_eq!(build(Duration::ZERO), Err(ConfigError::ZeroTtl));
+        assert!(matches!(
+            build(Duration::from_micros(1_000_500)),
+            Err(ConfigError::SubMillisecondTtl { .. })
+        ));
+        assert!(matches!(
+            build(LockConfig::MAX_TTL + ms(1)),
+            Err(ConfigError::TtlTooLong { .. })
+        ));
+        assert!(build(LockConfig::MAX_TTL).is_ok());
+    }
+
+    #[test]
+    fn rejects_drift_factors_outside_zero_to_one() {
+        for factor in [-0.1, 1.0, 7.0, f64::NAN, f64::INFINITY] {
+            let result = LockConfig::builder().drift_factor(factor).build();
+            assert!(
+                matches!(result, Err(ConfigError::InvalidDriftFactor { .. })),
+                "{factor}: {result:?}"
+            );
+        }
+        assert!(LockConfig::builder().drift_factor(0.0).build().is_ok());
+    }
+
+    #[test]
+    fn rejects_drift_that_eats_the_ttl() {
+        let result = LockConfig::builder()
+            .ttl(ms(100))
+            .node_timeout(ms(5))
+            .drift_factor(0.99)
+            .build();
+        assert!(matches!(result, Err(ConfigError::NoValidityLeft { .. })));
+        // A 2 ms TTL cannot even cover the 2 ms drift floor.
+        let result = LockConfig::builder()
+            .ttl(ms(2))
+            .node_timeout(Duration::from_micros(100))
+            .build();
+        assert!(matches!(result, Err(ConfigError::NoValidityLeft { .. })));
+    }
+
+    #[test]
+    fn rejects_node_timeouts_that_are_zero_or_not_well_below_the_ttl() {
+        let build = |timeout| LockConfig::builder().node_timeout(timeout).build();
+        assert_eq!(build(Duration::ZERO), Err(ConfigError::ZeroNodeTimeout));
+        assert!(matches!(
+            build(ms(3001)),
+            Err(ConfigError::NodeTimeoutTooLong { .. })
+        ));
+        assert!(build(ms(3000)).is_ok());
+    }
+
+    #[test]
+    fn rejects_spinning_retries_and_oversized_jitter() {
+        let result = LockConfig::builder()
+            .retry_delay(Duration::ZERO)
+            .retry_jitter(Duration::ZERO)
+            .build();
+        assert_eq!(result, Err(ConfigError::ZeroRetryDelay));
+        // Without retries a zero delay is never used, so it is fine.
+        let no_retries = LockConfig::builder()
+            .retry_count(0)
+            .retry_delay(Duration::ZERO)
+            .retry_jitter(Duration::ZERO)
+            .build();
+        assert!(no_retries.is_ok());
+        let result = LockConfig::builder().retry_jitter(ms(201)).build();
+        assert!(matches!(
+            result,
+            Err(ConfigError::JitterExceedsDelay { .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_oversized_key_prefix() {
+        let result = LockConfig::builder().key_prefix("p".repeat(257)).build();
+        assert!(matches!(result, Err(ConfigError::KeyPrefixTooLong { .. })));
+    }
+
+    #[test]
+    fn errors_explain_themselves() {
+        let err = LockConfig::builder()
+            .node_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("node timeout"), "{text}");
+        assert!(text.contains("3s"), "{text}");
+    }
+}

@@ -1,0 +1,337 @@
+//! The error types: [`LockError`] for every lock operation, [`ConfigError`] for settings,
+//! and [`NodeError`] / [`NodeFailure`] for what one node did wrong.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a [`LockConfig`](crate::LockConfig) was rejected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A lock without a TTL would never expire after a crash.
+    #[error("the TTL must be greater than zero")]
+    ZeroTtl,
+    /// Redis expires keys with millisecond precision (`PX`).
+    #[error("the TTL must be a whole number of milliseconds, got {ttl:?}")]
+    SubMillisecondTtl {
+        /// The rejected TTL.
+        ttl: Duration,
+    },
+    /// The TTL is above [`LockConfig::MAX_TTL`](crate::LockConfig::MAX_TTL).
+    #[error(
+        "the TTL {ttl:?} is longer than the maximum {max:?} (milliseconds passed as seconds?)"
+    )]
+    TtlTooLong {
+        /// The rejected TTL.
+        ttl: Duration,
+        /// The maximum accepted.
+        max: Duration,
+    },
+    /// The drift factor must be a finite number in `[0, 1)`.
+    #[error("the clock-drift factor must be in [0, 1), got {factor}")]
+    InvalidDriftFactor {
+        /// The rejected factor.
+        factor: f64,
+    },
+    /// A zero per-node timeout would fail every command.
+    #[error("the node timeout must be greater than zero")]
+    ZeroNodeTimeout,
+    /// A slow node could consume the whole validity.
+    #[error(
+        "the node timeout {node_timeout:?} is not well below the TTL {ttl:?}: \
+         it may be at most a tenth of it ({max:?})"
+    )]
+    NodeTimeoutTooLong {
+        /// The rejected timeout.
+        node_timeout: Duration,
+        /// The TTL it was checked against.
+        ttl: Duration,
+        /// The longest timeout this TTL allows.
+        max: Duration,
+    },
+    /// The drift allowance and the node timeout leave no validity.
+    #[error(
+        "the TTL {ttl:?} leaves no validity after the clock-drift allowance {drift:?} \
+         and the node timeout {node_timeout:?}"
+    )]
+    NoValidityLeft {
+        /// The TTL.
+        ttl: Duration,
+        /// `ttl * drift_factor + 2 ms`.
+        drift: Duration,
+        /// The per-node timeout.
+        node_timeout: Duration,
+    },
+    /// Retrying without a delay makes contending clients spin.
+    #[error("the retry delay must be greater than zero when retries are enabled (spinning wastes CPU and starves the holder)")]
+    ZeroRetryDelay,
+    /// The jitter would make some waits negative.
+    #[error("the retry jitter {jitter:?} must not exceed the retry delay {delay:?}")]
+    JitterExceedsDelay {
+        /// The rejected jitter.
+        jitter: Duration,
+        /// The retry delay.
+        delay: Duration,
+    },
+    /// The key prefix is longer than [`LockConfig::MAX_KEY_PREFIX_LEN`](crate::LockConfig::MAX_KEY_PREFIX_LEN).
+    #[error("the key prefix is {len} bytes long; at most {max} are accepted")]
+    KeyPrefixTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The maximum accepted.
+        max: usize,
+    },
+}
+
+/// What went wrong with one node during one command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The node did not answer within the per-node timeout.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The node could not be reached: refused, reset, closed, or not connected.
+    #[error("connection failed: {0}")]
+    Connection(String),
+    /// The node answered with an error (or a reply this library does not understand).
+    #[error("redis error: {0}")]
+    Redis(String),
+}
+
+/// A node and what went wrong with it; the node's name never contains a password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFailure {
+    /// The node's name (its URL without credentials).
+    pub node: String,
+    /// What went wrong.
+    pub error: NodeError,
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.error)
+    }
+}
+
+/// How the nodes answered one round of a lock operation.
+///
+/// Carried by [`LockError::Held`] and [`LockError::NoQuorum`] so that a log line says which
+/// nodes refused and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// How many nodes the lock runs on.
+    pub nodes: usize,
+    /// How many of them must agree: `nodes / 2 + 1`.
+    pub quorum: usize,
+    /// How many agreed (granted the lock, deleted or extended our key, or hold our token).
+    pub granted: usize,
+    /// The nodes that answered but did not agree (the key is held by another token, or absent).
+    pub refused: Vec<String>,
+    /// The nodes that failed or did not answer in time.
+    pub failures: Vec<NodeFailure>,
+}
+
+impl Tally {
+    /// How many nodes answered, whether they agreed or not.
+    pub fn answered(&self) -> usize {
+        self.granted + self.refused.len()
+    }
+
+    /// Whether a quorum agreed.
+    pub fn has_quorum(&self) -> bool {
+        self.granted >= self.quorum
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} nodes agreed, {} needed",
+            self.granted, self.nodes, self.quorum
+        )?;
+        if !self.refused.is_empty() {
+            write!(f, "; refused by {}", self.refused.join(", "))?;
+        }
+        if !self.failures.is_empty() {
+            f.write_str("; failed: ")?;
+            for (i, failure) in self.failures.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{failure}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything a lock operation can fail with.
+///
+/// Acquisition failures carry the resource name and the reason; [`is_retryable`]
+/// tells the failures worth another attempt from those that will not change.
+///
+/// [`is_retryable`]: LockError::is_retryable
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// A quorum of nodes answered, but the lock is held by another owner.
+    #[error("lock {resource:?} is held by another owner ({tally})")]
+    Held {
+        /// The resource.
+        resource: String,
+        /// How the nodes answered.
+        tally: Tally,
+    },
+    /// Too few nodes answered to reach a quorum: the nodes are down, slow or unreachable.
+    #[error("lock {resource:?}: no quorum ({tally})")]
+    NoQuorum {
+        /// The resource.
+        resource: String,
+        /// How the nodes answered, with each failure.
+        tally: Tally,
+    },
+    /// A quorum agreed, but too late: the TTL less the time taken and the drift allowance
+    /// left no validity. The nodes were unlocked again.
+    #[error(
+        "lock {resource:?}: the nodes took {elapsed:?} to answer, which leaves no validity \
+         in a TTL of {ttl:?}"
+    )]
+    ValidityExhausted {
+        /// The resource.
+        resource: String,
+        /// How long the round took.
+        elapsed: Duration,
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// The lock is no longer held with this guard's token on a quorum: it expired, was
+    /// released, or was taken over. Nothing was deleted or extended on the other owner's behalf.
+    #[error(
+        "lock {resource:?} is not held by this owner any more (expired or taken over; {tally})"
+    )]
+    NotHeld {
+        /// The resource.
+        resource: String,
+        /// How the nodes answered.
+        tally: Tally,
+    },
+    /// The guard's validity ran out before the operation started; a refresh is refused then,
+    /// because another owner may already hold the lock.
+    #[error("lock {resource:?}: the lease expired {ago:?} ago")]
+    Expired {
+        /// The resource.
+        resource: String,
+        /// How long ago the validity ended.
+        ago: Duration,
+    },
+    /// The settings were rejected.
+    #[error("invalid lock configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The resource name cannot be used as a lock.
+    #[error("invalid resource name {resource:?}: {reason}")]
+    InvalidResource {
+        /// The rejected name (cut to its first 64 characters).
+        resource: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A node could not be set up: a malformed URL, a duplicate, or no nodes at all.
+    #[error("invalid node {node}: {reason}")]
+    InvalidNode {
+        /// The node (its URL without credentials).
+        node: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A guard was passed to a lock that did not create it.
+    #[error("lock {resource:?}: this guard belongs to another lock instance")]
+    ForeignGuard {
+        /// The guard's resource.
+        resource: String,
+    },
+}
+
+impl LockError {
+    /// Whether another attempt may succeed: the lock was held, too few nodes answered, or the
+    /// nodes were too slow. Configuration and input errors are not retryable.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            LockError::Held { .. }
+                | LockError::NoQuorum { .. }
+                | LockError::ValidityExhausted { .. }
+        )
+    }
+
+    /// The resource the error is about, when there is one.
+    pub fn resource(&self) -> Option<&str> {
+        match self {
+            LockError::Held { resource, .. }
+            | LockError::NoQuorum { resource, .. }
+            | LockError::ValidityExhausted { resource, .. }
+            | LockError::NotHeld { resource, .. }
+            | LockError::Expired { resource, .. }
+            | LockError::InvalidResource { resource, .. }
+            | LockError::ForeignGuard { resource } => Some(resource),
+            LockError::Config(_) | LockError::InvalidNode { .. } => None,
+        }
+    }
+
+    /// How the nodes answered, for errors that come from a round of requests.
+    pub fn tally(&self) -> Option<&Tally> {
+        match self {
+            LockError::Held { tally, .. }
+            | LockError::NoQuorum { tally, .. }
+            | LockError::NotHeld { tally, .. } => Some(tally),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_quorum_names_each_failed_node_and_why() {
+        let err = LockError::NoQuorum {
+            resource: "order:1".into(),
+            tally: Tally {
+                nodes: 5,
+                quorum: 3,
+                granted: 2,
+                refused: vec![],
+                failures: vec![
+                    NodeFailure {
+                        node: "redis://127.0.0.1:7001".into(),
+                        error: NodeError::Connection("connection refused".into()),
+                    },
+                    NodeFailure {
+                        node: "redis://127.0.0.1:7002".into(),
+                        error: NodeError::Timeout(Duration::from_millis(50)),
+                    },
+                ],
+            },
+        };
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            "lock \"order:1\": no quorum (2 of 5 nodes agreed, 3 needed; failed: \
+             redis://127.0.0.1:7001: connection failed: connection refused, \
+             redis://127.0.0.1:7002: timed out after 50ms)"
+        );
+        assert!(err.is_retryable());
+        assert_eq!(err.resource(), Some("order:1"));
+    }
+
+    #[test]
+    fn input_errors_are_not_retryable() {
+        let err = LockError::InvalidResource {
+            resource: String::new(),
+            reason: "empty",
+        };
+        assert!(!err.is_retryable());
+        assert!(!LockError::Config(ConfigError::ZeroTtl).is_retryable());
+    }
+}

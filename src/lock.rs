@@ -1,0 +1,134 @@
+//! [`DistributedLock`]: the contract both lock kinds keep.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::config::LockConfig;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+
+/// A lock that many processes share through Redis.
+///
+/// Implemented by [`Redlock`](crate::Redlock) (a quorum of independent nodes) and
+/// [`RedisLock`](crate::RedisLock) (one node), so code can be written once for both:
+///
+/// ```no_run
+/// use quorumlock::{DistributedLock, LockError};
+///
+/// async fn charge_once<L: DistributedLock>(lock: &L, order: u64) -> Result<(), LockError> {
+///     let guard = lock.acquire(&format!("order:{order}")).await?;
+///     // ... the critical section, finished well within guard.validity() ...
+///     guard.release().await
+/// }
+/// ```
+///
+/// A lock object holds no ownership state: every successful acquisition returns a
+/// [`LockGuard`], and the other operations act on a guard.
+pub trait DistributedLock: Send + Sync {
+    /// The configuration this lock runs with.
+    fn config(&self) -> &LockConfig;
+
+    /// The same lock (sharing its node connections) with another configuration; used for
+    /// per-lock overrides such as a different TTL.
+    fn with_config(&self, config: LockConfig) -> Self
+    where
+        Self: Sized;
+
+    /// One attempt, no waiting: returns the guard, or why the lock could not be taken
+    /// ([`LockError::Held`] when another owner has it).
+    fn try_acquire(
+        &self,
+        resource: &str,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
+
+    /// Attempts up to `1 + retry_count` times, waiting `retry_delay ± retry_jitter` between
+    /// attempts; returns the first success or the last attempt's error.
+    fn acquire(&self, resource: &str) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
+
+    /// Releases the guard's lock on every node. Releasing a guard twice is harmless: the
+    /// second call returns `Ok(())` without touching the nodes.
+    fn release(&self, guard: &mut LockGuard) -> impl Future<Output = Result<(), LockError>> + Send;
+
+    /// Whether the guard still holds its lock: within its deadline and confirmed by a quorum.
+    fn is_acquired(
+        &self,
+        guard: &LockGuard,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
+
+    /// Extends the guard's lock to the full TTL and returns the new validity.
+    fn refresh(
+        &self,
+        guard: &mut LockGuard,
+    ) -> impl Future<Output = Result<Duration, LockError>> + Send;
+}
+
+/// Implements [`DistributedLock`] for a lock kind that wraps an `Arc<Coordinator>` in a
+/// field named `coordinator`: both kinds differ only in how they are built.
+macro_rules! impl_distributed_lock {
+    ($kind:ty) => {
+        impl $crate::DistributedLock for $kind {
+            fn config(&self) -> &$crate::LockConfig {
+                self.coordinator.config()
+            }
+
+            fn with_config(&self, config: $crate::LockConfig) -> Self {
+                Self {
+                    coordinator: ::std::sync::Arc::new(self.coordinator.with_config(config)),
+                }
+            }
+
+            async fn try_acquire(
+                &self,
+                resource: &str,
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                self.coordinator.try_acquire(resource).await
+            }
+
+            async fn acquire(
+                &self,
+                resource: &str,
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                self.coordinator.acquire(resource).await
+            }
+
+            async fn release(
+                &self,
+                guard: &mut $crate::LockGuard,
+            ) -> Result<(), $crate::LockError> {
+                $crate::lock::check_origin(&self.coordinator, guard)?;
+                guard.release_in_place().await
+            }
+
+            async fn is_acquired(
+                &self,
+                guard: &$crate::LockGuard,
+            ) -> Result<bool, $crate::LockError> {
+                $crate::lock::check_origin(&self.coordinator, guard)?;
+                guard.is_acquired().await
+            }
+
+            async fn refresh(
+                &self,
+                guard: &mut $crate::LockGuard,
+            ) -> Result<::std::time::Duration, $crate::LockError> {
+                $crate::lock::check_origin(&self.coordinator, guard)?;
+                guard.refresh().await
+            }
+        }
+    };
+}
+pub(crate) use impl_distributed_lock;
+
+/// Rejects guards that came from a lock on other node connections.
+pub(crate) fn check_origin(
+    coordinator: &crate::quorum::Coordinator,
+    guard: &LockGuard,
+) -> Result<(), LockError> {
+    if guard.belongs_to(coordinator) {
+        Ok(())
+    } else {
+        Err(LockError::ForeignGuard {
+            resource: guard.resource().to_owned(),
+        })
+    }
+}

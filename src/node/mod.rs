@@ -1,0 +1,109 @@
+//! The node abstraction: the four commands the lock algorithms send to one Redis node.
+//!
+//! The quorum coordinator only ever talks to a [`LockNode`], so the same code runs on real
+//! Redis ([`RedisNode`]) and on any other implementation, such as an in-memory node for
+//! tests. An implementation must keep the contract of each method: every delete and every
+//! expiry change is conditional on the caller's token, and nothing but
+//! [`try_lock`](LockNode::try_lock) ever creates a key.
+
+mod redis;
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::error::NodeError;
+use crate::token::LockToken;
+
+pub use self::redis::RedisNode;
+
+/// One independent lock node, as the lock algorithms see it.
+///
+/// Every method answers `Ok(true)` when the node did what was asked, `Ok(false)` when it
+/// answered but refused (the key is absent or holds another token), and `Err` when it did
+/// not answer properly. Implementations need no timeouts of their own: the coordinator
+/// bounds every call by the configured per-node timeout.
+pub trait LockNode: Send + Sync + fmt::Debug {
+    /// A name for logs and errors, such as the node's URL. It must never contain a password.
+    fn name(&self) -> &str;
+
+    /// Sets `key` to `token` with a TTL, only if `key` does not exist
+    /// (`SET key token NX PX ttl`). `Ok(true)` means the lock was taken.
+    fn try_lock<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, NodeError>>;
+
+    /// Deletes `key` only if it holds `token` (compare-and-delete). `Ok(true)` means it was
+    /// deleted; `Ok(false)` means it was absent or held another token, which was left alone.
+    fn unlock<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a LockToken,
+    ) -> BoxFuture<'a, Result<bool, NodeError>>;
+
+    /// Sets the TTL of `key` only if it holds `token` (compare-and-pexpire). Never creates a
+    /// key. `Ok(true)` means the TTL was set.
+    fn extend<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, NodeError>>;
+
+    /// Whether `key` currently holds `token`.
+    fn holds<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a LockToken,
+    ) -> BoxFuture<'a, Result<bool, NodeError>>;
+}
+
+/// A URL with any user name, password and query removed, fit for logs and errors.
+///
+/// ```
+/// # use quorumlock::node::redact_url;
+/// assert_eq!(redact_url("redis://:s3cret@10.0.0.1:6379/2"), "redis://10.0.0.1:6379/2");
+/// assert_eq!(redact_url("rediss://user:pw@host:6380?password=x"), "rediss://host:6380");
+/// assert_eq!(redact_url("redis://127.0.0.1:7001"), "redis://127.0.0.1:7001");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let without_query = url.split(['?', '#']).next().unwrap_or_default();
+    let Some((scheme, rest)) = without_query.split_once("://") else {
+        // Not a URL we understand: show only what cannot be a credential.
+        return "<unparseable node address>".to_string();
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, ""),
+    };
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redaction_removes_every_credential() {
+        for (url, expected) in [
+            ("redis://127.0.0.1:7001", "redis://127.0.0.1:7001"),
+            ("redis://:pw@127.0.0.1:7001", "redis://127.0.0.1:7001"),
+            ("redis://user:p@ss@host:1/0", "redis://host:1/0"),
+            ("redis://host:1/0?password=pw", "redis://host:1/0"),
+            (
+                "redis+unix:///tmp/redis.sock",
+                "redis+unix:///tmp/redis.sock",
+            ),
+            ("no-scheme:pw@host", "<unparseable node address>"),
+        ] {
+            assert_eq!(redact_url(url), expected, "{url}");
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! [`Redlock`]: the quorum lock over N independent Redis nodes.
+
+use std::sync::Arc;
+
+use crate::config::LockConfig;
+use crate::error::LockError;
+use crate::lock::impl_distributed_lock;
+use crate::node::{LockNode, RedisNode};
+use crate::quorum::Coordinator;
+
+/// The Redlock algorithm over N independent Redis masters: the lock survives the loss of
+/// any minority of them.
+///
+/// Each acquisition sends `SET key token NX PX ttl` to every node at once, each request
+/// bounded by the per-node timeout, and succeeds when at least `N/2 + 1` nodes granted it
+/// and validity is left: `validity = ttl - elapsed - (ttl * drift_factor + 2 ms) > 0`,
+/// measured on a monotonic clock. It returns as soon as a quorum has granted the lock (a
+/// slow or frozen node does not delay it) and gives up as soon as a quorum has become
+/// impossible. After any failed attempt it unlocks every node, including the ones that
+/// failed or timed out, since their `SET` may have landed even though the reply was lost.
+///
+/// The nodes must be independent masters (not replicas of each other). `Redlock` is cheap
+/// to clone; clones share the node connections.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use quorumlock::{DistributedLock, LockConfig, LockError, Redlock};
+///
+/// # async fn run() -> Result<(), LockError> {
+/// let config = LockConfig::builder().ttl(Duration::from_secs(10)).build()?;
+/// let lock = Redlock::connect(
+///     (1..=5).map(|i| format!("redis://127.0.0.1:700{i}")),
+///     config,
+/// )
+/// .await?;
+/// assert_eq!(lock.quorum(), 3);
+///
+/// match lock.try_acquire("cron:nightly-report").await {
+///     Ok(guard) => {
+///         // ... run the job, within guard.validity() ...
+///         guard.release().await?;
+///     }
+///     Err(LockError::Held { .. }) => println!("another node runs the job"),
+///     Err(other) => return Err(other),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    coordinator: Arc<Coordinator>,
+}
+
+impl Redlock {
+    /// A quorum lock on the Redis servers at `urls`.
+    ///
+    /// Connections are made lazily and re-made when lost, so nodes that are down now only
+    /// count as failed until they come back. Fails when a URL is malformed, when the same
+    /// server is listed twice, or when there are no URLs.
+    pub async fn connect<I, S>(urls: I, config: LockConfig) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut nodes: Vec<Arc<dyn LockNode>> = Vec::new();
+        for url in urls {
+            nodes.push(Arc::new(
+                RedisNode::connect(url.as_ref(), config.node_timeout()).await?,
+            ));
+        }
+        Self::from_nodes(nodes, config)
+    }
+
+    /// A quorum lock on nodes of any kind, such as an in-memory node for tests.
+    pub fn from_nodes(
+        nodes: Vec<Arc<dyn LockNode>>,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
+        Ok(Redlock {
+            coordinator: Arc::new(Coordinator::new(nodes, config)?),
+        })
+    }
+
+    /// How many nodes must agree: `N/2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.coordinator.quorum()
+    }
+
+    /// The nodes' names (URLs without credentials), in the order given.
+    pub fn node_names(&self) -> impl Iterator<Item = &str> {
+        self.coordinator.nodes().iter().map(|node| node.name())
+    }
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.node_names().collect::<Vec<_>>())
+            .field("quorum", &self.quorum())
+            .field("config", self.coordinator.config())
+            .finish()
+    }
+}
+
+impl_distributed_lock!(Redlock);

@@ -1,0 +1,60 @@
+//! The wait between two attempts of a blocking acquire.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::config::LockConfig;
+
+/// A wait drawn uniformly from `retry_delay ± retry_jitter`.
+///
+/// Randomness keeps competing clients from retrying in lockstep (the Redlock spec's
+/// defence against split votes); configuration validation guarantees the jitter never
+/// exceeds the delay, so the wait is never negative.
+pub(crate) fn retry_wait(config: &LockConfig, rng: &mut impl Rng) -> Duration {
+    let delay = config.retry_delay();
+    let jitter = config.retry_jitter();
+    if jitter.is_zero() {
+        return delay;
+    }
+    let spread = jitter.saturating_mul(2);
+    let offset = Duration::from_nanos(rng.random_range(0..=nanos(spread)));
+    delay.saturating_sub(jitter).saturating_add(offset)
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn waits_stay_within_the_jitter_and_spread_across_it() {
+        let config = LockConfig::default();
+        let mut rng = StdRng::seed_from_u64(7);
+        let waits: Vec<_> = (0..10_000).map(|_| retry_wait(&config, &mut rng)).collect();
+        let min = *waits.iter().min().unwrap();
+        let max = *waits.iter().max().unwrap();
+        assert!(min >= Duration::from_millis(100), "{min:?}");
+        assert!(max <= Duration::from_millis(300), "{max:?}");
+        // Uniform over 200 ms: 10,000 draws reach within 5 ms of both ends.
+        assert!(min < Duration::from_millis(105), "{min:?}");
+        assert!(max > Duration::from_millis(295), "{max:?}");
+        let mean = waits.iter().sum::<Duration>() / 10_000;
+        assert!(mean.abs_diff(Duration::from_millis(200)) < Duration::from_millis(5));
+    }
+
+    #[test]
+    fn no_jitter_means_the_exact_delay() {
+        let config = LockConfig::builder()
+            .retry_jitter(Duration::ZERO)
+            .build()
+            .unwrap();
+        let mut rng = StdRng::seed_from_u64(1);
+        assert_eq!(retry_wait(&config, &mut rng), Duration::from_millis(200));
+    }
+}
