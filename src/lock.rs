@@ -64,8 +64,33 @@ pub trait DistributedLock: Send + Sync {
 
 /// Implements [`DistributedLock`] for a lock kind that wraps an `Arc<Coordinator>` in a
 /// field named `coordinator`: both kinds differ only in how they are built.
+///
+/// The acquisition methods are also inherent, so the common case needs no trait import.
 macro_rules! impl_distributed_lock {
     ($kind:ty) => {
+        impl $kind {
+            /// One attempt, no waiting; see [`DistributedLock::try_acquire`](crate::DistributedLock::try_acquire).
+            pub async fn try_acquire(
+                &self,
+                resource: &str,
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                self.coordinator.try_acquire(resource).await
+            }
+
+            /// Bounded attempts with jittered waits; see [`DistributedLock::acquire`](crate::DistributedLock::acquire).
+            pub async fn acquire(
+                &self,
+                resource: &str,
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                self.coordinator.acquire(resource).await
+            }
+
+            /// The configuration this lock runs with.
+            pub fn config(&self) -> &$crate::LockConfig {
+                self.coordinator.config()
+            }
+        }
+
         impl $crate::DistributedLock for $kind {
             fn config(&self) -> &$crate::LockConfig {
                 self.coordinator.config()
