@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::lease::LeaseEnd;
+
 /// Why a [`LockConfig`](crate::LockConfig) was rejected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -225,6 +227,23 @@ pub enum LockError {
         /// How long ago the validity ended.
         ago: Duration,
     },
+    /// A blocking acquire reached its deadline while an attempt was still running.
+    #[error("lock {resource:?}: not acquired within {waited:?}")]
+    TimedOut {
+        /// The resource.
+        resource: String,
+        /// How long the acquire ran.
+        waited: Duration,
+    },
+    /// The lock was lost while work ran under it: it expired, a refresh found it gone, or no
+    /// refresh could be confirmed in time. The work was stopped.
+    #[error("lock {resource:?} was lost while held: {end}")]
+    Lost {
+        /// The resource.
+        resource: String,
+        /// How the lease ended.
+        end: LeaseEnd,
+    },
     /// The settings were rejected.
     #[error("invalid lock configuration: {0}")]
     Config(#[from] ConfigError),
@@ -273,6 +292,8 @@ impl LockError {
             | LockError::NotHeld { resource, .. }
             | LockError::Expired { resource, .. }
             | LockError::InvalidResource { resource, .. }
+            | LockError::TimedOut { resource, .. }
+            | LockError::Lost { resource, .. }
             | LockError::ForeignGuard { resource } => Some(resource),
             LockError::Config(_) | LockError::InvalidNode { .. } => None,
         }

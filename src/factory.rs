@@ -1,10 +1,12 @@
 //! [`LockFactory`]: locks by resource name, sharing one set of connections and defaults.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::config::LockConfig;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::lease::LostSignal;
 use crate::lock::DistributedLock;
 use crate::resource;
 
@@ -96,6 +98,21 @@ impl<L: DistributedLock> NamedLock<L> {
     /// Bounded attempts with jittered waits.
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
         self.lock.acquire(&self.resource).await
+    }
+
+    /// Bounded attempts within `timeout`.
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard, LockError> {
+        self.lock.acquire_timeout(&self.resource, timeout).await
+    }
+
+    /// Runs `work` under this lock, auto-extended; see [`DistributedLock::with`].
+    pub async fn with<F, Fut, T>(&self, work: F) -> Result<T, LockError>
+    where
+        F: FnOnce(LostSignal) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        self.lock.with(&self.resource, work).await
     }
 
     /// The underlying lock, for the guard operations of [`DistributedLock`].

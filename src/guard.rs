@@ -7,8 +7,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LockError;
+use crate::lease::{Lease, LeaseEnd, LostSignal};
 use crate::quorum::Coordinator;
 use crate::token::LockToken;
+use crate::watchdog::{AutoExtend, Watchdog};
 
 /// A held lock: the resource, the token that proves ownership, and the deadline until
 /// which the lock is guaranteed to be ours.
@@ -18,9 +20,10 @@ use crate::token::LockToken;
 /// resources at once.
 ///
 /// - [`release`](Self::release) unlocks every node and reports the outcome.
-/// - [`refresh`](Self::refresh) extends the lock back to its full TTL.
-/// - [`validity`](Self::validity) is the time left before the guarantee ends; do not start
-///   work that cannot finish within it.
+/// - [`refresh`](Self::refresh) extends the lock back to its full TTL;
+///   [`auto_extend`](Self::auto_extend) does it in the background while work runs.
+/// - [`validity`](Self::validity) is the time left before the guarantee ends, and
+///   [`lost`](Self::lost) a signal that fires when the lock can no longer be trusted.
 /// - Dropping the guard without releasing it (an early return, `?`, a panic) releases the
 ///   lock in the background when [`auto_release`](crate::LockConfig::auto_release) is on
 ///   (the default). Drop never blocks; it spawns the release on the current tokio runtime.
@@ -28,7 +31,7 @@ use crate::token::LockToken;
 /// # Examples
 ///
 /// ```no_run
-/// use quorumlock::{DistributedLock, LockConfig, Redlock};
+/// use quorumlock::{LockConfig, Redlock};
 ///
 /// # async fn run() -> Result<(), quorumlock::LockError> {
 /// let lock = Redlock::connect(
@@ -45,74 +48,75 @@ use crate::token::LockToken;
 /// ```
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    coordinator: Arc<Coordinator>,
-    resource: String,
-    key: Arc<str>,
-    token: LockToken,
-    acquired_at: Instant,
-    deadline: Instant,
+    lease: Arc<Lease>,
+    watchdog: Option<Watchdog>,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        coordinator: Arc<Coordinator>,
-        resource: &str,
-        key: Arc<str>,
-        token: LockToken,
-        acquired_at: Instant,
-        deadline: Instant,
-    ) -> Self {
+    pub(crate) fn new(lease: Lease) -> Self {
         LockGuard {
-            coordinator,
-            resource: resource.to_owned(),
-            key,
-            token,
-            acquired_at,
-            deadline,
+            lease: Arc::new(lease),
+            watchdog: None,
             released: false,
         }
     }
 
     /// The name of the locked resource.
     pub fn resource(&self) -> &str {
-        &self.resource
+        &self.lease.resource
     }
 
     /// The Redis key the lock lives under (the resource name, after any key prefix).
     pub fn key(&self) -> &str {
-        &self.key
+        &self.lease.key
     }
 
     /// The token stored under the key on the nodes.
     pub fn token(&self) -> &LockToken {
-        &self.token
+        &self.lease.token
     }
 
     /// When the acquisition (or the last refresh) started.
     pub fn acquired_at(&self) -> Instant {
-        self.acquired_at
+        self.lease.state().acquired_at
     }
 
     /// The instant until which the lock is guaranteed to be ours, on the monotonic clock:
     /// the start of the last successful round plus the TTL less the drift allowance.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.lease.deadline()
     }
 
     /// The time left before [`deadline`](Self::deadline); zero once it has passed.
     pub fn validity(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(Instant::now())
     }
 
     /// Whether the deadline has passed; the lock may then be held by someone else.
     pub fn is_expired(&self) -> bool {
-        Instant::now() >= self.deadline
+        Instant::now() >= self.deadline()
     }
 
     /// Whether [`release`](Self::release) already ran for this guard.
     pub fn is_released(&self) -> bool {
         self.released
+    }
+
+    /// A signal that fires when this lock is lost; see [`LostSignal`].
+    pub fn lost(&self) -> LostSignal {
+        LostSignal::new(&self.lease)
+    }
+
+    /// Starts a background task that extends the lock before it expires (by default every
+    /// third of the TTL) until the guard is released or dropped, or the optional
+    /// [`max_hold`](AutoExtend::max_hold) cap is reached. When an extension finds the lock
+    /// gone, or none can be confirmed before the deadline, the [`lost`](Self::lost) signal
+    /// fires. Calling it again replaces the running watchdog.
+    ///
+    /// Needs a tokio runtime (the task is spawned on the current one).
+    pub fn auto_extend(&mut self, options: AutoExtend) {
+        self.watchdog = Some(Watchdog::start(Arc::clone(&self.lease), options));
     }
 
     /// Unlocks every node (compare-and-delete: another owner's lock is never touched) and
@@ -129,13 +133,7 @@ impl LockGuard {
     /// returns the new validity. Never creates or revives a key, and never deletes one when
     /// it fails; on failure the deadline is unchanged.
     pub async fn refresh(&mut self) -> Result<Duration, LockError> {
-        let started = Instant::now();
-        let deadline = self
-            .coordinator
-            .refresh(&self.resource, &self.key, &self.token, self.deadline)
-            .await?;
-        self.acquired_at = started;
-        self.deadline = deadline;
+        self.lease.refresh().await?;
         Ok(self.validity())
     }
 
@@ -143,8 +141,10 @@ impl LockGuard {
     ///
     /// `Ok(false)` means the lock is lost; an error means too few nodes answered to tell.
     pub async fn is_acquired(&self) -> Result<bool, LockError> {
-        self.coordinator
-            .is_acquired(&self.resource, &self.key, &self.token, self.deadline)
+        let lease = &self.lease;
+        lease
+            .coordinator
+            .is_acquired(&lease.resource, &lease.key, &lease.token, lease.deadline())
             .await
     }
 
@@ -153,27 +153,33 @@ impl LockGuard {
         if self.released {
             return Ok(());
         }
-        let outcome = self
+        self.watchdog = None; // stop extending before deleting
+        let lease = &self.lease;
+        let outcome = lease
             .coordinator
-            .release(&self.resource, &self.key, &self.token)
+            .release(&lease.resource, &lease.key, &lease.token)
             .await;
         // Marked only now: if this future is dropped mid-release, Drop sends the deletes
         // again in the background (compare-and-delete makes the repeat harmless).
         self.released = true;
+        lease.end(LeaseEnd::Released);
         outcome
     }
 
     /// Whether this guard came from a lock on the same node connections as `coordinator`.
     pub(crate) fn belongs_to(&self, coordinator: &Coordinator) -> bool {
-        self.coordinator.shares_nodes_with(coordinator)
+        self.lease.coordinator.shares_nodes_with(coordinator)
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.released && self.coordinator.config().auto_release() {
-            Arc::clone(&self.coordinator)
-                .unlock_in_background(Arc::clone(&self.key), self.token.clone());
+        self.watchdog = None;
+        let lease = &self.lease;
+        if !self.released && lease.coordinator.config().auto_release() {
+            lease.end(LeaseEnd::Released);
+            Arc::clone(&lease.coordinator)
+                .unlock_in_background(Arc::clone(&lease.key), lease.token.clone());
         }
     }
 }
@@ -181,9 +187,10 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("resource", &self.resource)
-            .field("token", &self.token)
+            .field("resource", &self.resource())
+            .field("token", self.token())
             .field("validity", &self.validity())
+            .field("auto_extending", &self.watchdog.is_some())
             .field("released", &self.released)
             .finish()
     }

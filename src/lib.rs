@@ -62,15 +62,21 @@ mod config;
 mod error;
 mod factory;
 mod guard;
+mod lease;
 mod lock;
+mod metrics;
 pub mod node;
 mod quorum;
 mod redlock;
 mod resource;
 mod retry;
+mod scoped;
 mod single;
 mod token;
+mod watchdog;
 
+#[cfg(feature = "test-util")]
+pub mod sim;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
@@ -78,8 +84,11 @@ pub use config::{LockConfig, LockConfigBuilder};
 pub use error::{ConfigError, LockError, NodeError, NodeFailure, Tally};
 pub use factory::{LockFactory, NamedLock};
 pub use guard::LockGuard;
+pub use lease::{LeaseEnd, LostSignal};
 pub use lock::DistributedLock;
+pub use metrics::LockMetrics;
 pub use redlock::Redlock;
 pub use resource::MAX_RESOURCE_LEN;
 pub use single::RedisLock;
 pub use token::LockToken;
+pub use watchdog::AutoExtend;

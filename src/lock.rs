@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::config::LockConfig;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::lease::LostSignal;
 
 /// A lock that many processes share through Redis.
 ///
@@ -43,7 +44,19 @@ pub trait DistributedLock: Send + Sync {
 
     /// Attempts up to `1 + retry_count` times, waiting `retry_delay ± retry_jitter` between
     /// attempts; returns the first success or the last attempt's error.
+    ///
+    /// Dropping the returned future at any point leaves no key behind: an attempt in flight
+    /// is unlocked in the background.
     fn acquire(&self, resource: &str) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
+
+    /// Like [`acquire`](Self::acquire), but gives up once `timeout` has passed, whatever
+    /// retries remain: [`LockError::TimedOut`] if an attempt was still running then, or the
+    /// last attempt's error if the next wait would have ended past it.
+    fn acquire_timeout(
+        &self,
+        resource: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
 
     /// Releases the guard's lock on every node. Releasing a guard twice is harmless: the
     /// second call returns `Ok(())` without touching the nodes.
@@ -60,6 +73,39 @@ pub trait DistributedLock: Send + Sync {
         &self,
         guard: &mut LockGuard,
     ) -> impl Future<Output = Result<Duration, LockError>> + Send;
+
+    /// Runs `work` under the lock: acquires it (with retries), keeps it alive with a
+    /// watchdog while `work` runs, and releases it on every exit path, panics included.
+    ///
+    /// `work` receives the lock's [`LostSignal`]. If the lock is lost before `work`
+    /// finishes, `work` is cancelled (its future dropped at its next await point) and
+    /// [`LockError::Lost`] returned; otherwise its value is returned.
+    ///
+    /// ```no_run
+    /// use quorumlock::{DistributedLock, LockError, Redlock};
+    ///
+    /// # async fn run(lock: Redlock) -> Result<(), LockError> {
+    /// let rows = lock
+    ///     .with("nightly-export", |_lost| async {
+    ///         // ... a long job; the lock is extended while it runs ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn with<F, Fut, T>(
+        &self,
+        resource: &str,
+        work: F,
+    ) -> impl Future<Output = Result<T, LockError>> + Send
+    where
+        F: FnOnce(LostSignal) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        async move { crate::scoped::run_locked(self.acquire(resource).await?, work).await }
+    }
 }
 
 /// Implements [`DistributedLock`] for a lock kind that wraps an `Arc<Coordinator>` in a
@@ -82,12 +128,27 @@ macro_rules! impl_distributed_lock {
                 &self,
                 resource: &str,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.acquire(resource).await
+                self.coordinator.acquire(resource, None).await
+            }
+
+            /// Bounded attempts within `timeout`; see [`DistributedLock::acquire_timeout`](crate::DistributedLock::acquire_timeout).
+            pub async fn acquire_timeout(
+                &self,
+                resource: &str,
+                timeout: ::std::time::Duration,
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                let deadline = ::tokio::time::Instant::now().checked_add(timeout);
+                self.coordinator.acquire(resource, deadline).await
             }
 
             /// The configuration this lock runs with.
             pub fn config(&self) -> &$crate::LockConfig {
                 self.coordinator.config()
+            }
+
+            /// What the locks on these connections did so far; see [`LockMetrics`]($crate::LockMetrics).
+            pub fn metrics(&self) -> $crate::LockMetrics {
+                self.coordinator.counters().snapshot()
             }
         }
 
@@ -106,14 +167,22 @@ macro_rules! impl_distributed_lock {
                 &self,
                 resource: &str,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.try_acquire(resource).await
+                <$kind>::try_acquire(self, resource).await
             }
 
             async fn acquire(
                 &self,
                 resource: &str,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.acquire(resource).await
+                <$kind>::acquire(self, resource).await
+            }
+
+            async fn acquire_timeout(
+                &self,
+                resource: &str,
+                timeout: ::std::time::Duration,
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                <$kind>::acquire_timeout(self, resource, timeout).await
             }
 
             async fn release(

@@ -19,6 +19,8 @@ use tokio::time::Instant;
 use crate::config::LockConfig;
 use crate::error::{LockError, NodeError, NodeFailure, Tally};
 use crate::guard::LockGuard;
+use crate::lease::Lease;
+use crate::metrics::Counters;
 use crate::node::LockNode;
 use crate::resource::redis_key;
 use crate::retry::retry_wait;
@@ -30,6 +32,7 @@ pub(crate) type NodeSet = Arc<[Arc<dyn LockNode>]>;
 /// The Redlock algorithm over a fixed set of nodes with one configuration.
 pub(crate) struct Coordinator {
     nodes: NodeSet,
+    counters: Arc<Counters>,
     config: LockConfig,
     quorum: usize,
 }
@@ -52,7 +55,8 @@ enum Wait {
     ForEveryNode,
 }
 
-type Reply = (usize, Result<bool, NodeError>);
+/// A node's index, its answer, and how long it took.
+type Reply = (usize, Result<bool, NodeError>, Duration);
 type InFlight = FuturesUnordered<BoxFuture<'static, Reply>>;
 
 impl Coordinator {
@@ -82,6 +86,7 @@ impl Coordinator {
         let quorum = nodes.len() / 2 + 1;
         Ok(Coordinator {
             nodes: nodes.into(),
+            counters: Arc::default(),
             config,
             quorum,
         })
@@ -91,6 +96,7 @@ impl Coordinator {
     pub(crate) fn with_config(&self, config: LockConfig) -> Self {
         Coordinator {
             nodes: Arc::clone(&self.nodes),
+            counters: Arc::clone(&self.counters),
             config,
             quorum: self.quorum,
         }
@@ -106,6 +112,10 @@ impl Coordinator {
 
     pub(crate) fn nodes(&self) -> &[Arc<dyn LockNode>] {
         &self.nodes
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Whether `other` runs on the very same node connections.
@@ -126,6 +136,7 @@ impl Coordinator {
         // background instead of holding the key for a whole TTL.
         let mut cleanup = UnlockOnDrop::new(Arc::clone(self), Arc::clone(&key), token.clone());
 
+        Counters::bump(&self.counters.attempts);
         let started = Instant::now();
         let ttl = self.config.ttl();
         let tally = self
@@ -137,14 +148,18 @@ impl Coordinator {
             match self.deadline_from(started) {
                 Some(deadline) if deadline > finished => {
                     cleanup.disarm();
-                    return Ok(LockGuard::new(
-                        Arc::clone(self),
+                    Counters::bump(&self.counters.acquired);
+                    tracing::debug!(
                         resource,
-                        key,
-                        token,
-                        started,
-                        deadline,
-                    ));
+                        granted = tally.granted,
+                        nodes = tally.nodes,
+                        elapsed_us = micros(finished - started),
+                        validity_ms = (deadline - finished).as_millis() as u64,
+                        "lock acquired"
+                    );
+                    let lease =
+                        Lease::new(Arc::clone(self), resource, key, token, started, deadline);
+                    return Ok(LockGuard::new(lease));
                 }
                 _ => LockError::ValidityExhausted {
                     resource: resource.to_owned(),
@@ -155,6 +170,12 @@ impl Coordinator {
         } else {
             self.refusal(resource, tally)
         };
+        match &error {
+            LockError::Held { .. } => Counters::bump(&self.counters.contended),
+            LockError::NoQuorum { .. } => Counters::bump(&self.counters.no_quorum),
+            _ => Counters::bump(&self.counters.validity_exhausted),
+        }
+        tracing::debug!(resource, %error, "lock not acquired; unlocking every node");
         // Unlock every node, including those that failed or timed out: their SET may have
         // landed even though the reply was lost.
         self.round(Command::Unlock, &key, &token, Wait::ForEveryNode)
@@ -163,15 +184,38 @@ impl Coordinator {
         Err(error)
     }
 
-    /// Attempts until one succeeds, a non-retryable error occurs, or the retries run out;
-    /// waits a jittered delay between attempts.
-    pub(crate) async fn acquire(self: &Arc<Self>, resource: &str) -> Result<LockGuard, LockError> {
+    /// Attempts until one succeeds, a non-retryable error occurs, the retries run out, or
+    /// the optional `deadline` passes; waits a jittered delay between attempts.
+    ///
+    /// An attempt still running at the deadline is abandoned (its keys are unlocked in the
+    /// background) and [`LockError::TimedOut`] returned. A wait that would end past the
+    /// deadline is not started: the last attempt's error is returned at once instead.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        resource: &str,
+        deadline: Option<Instant>,
+    ) -> Result<LockGuard, LockError> {
+        let started = Instant::now();
         let mut retries_left = self.config.retry_count();
         loop {
-            match self.try_acquire(resource).await {
+            let attempt = match deadline {
+                None => self.try_acquire(resource).await,
+                Some(deadline) => tokio::time::timeout_at(deadline, self.try_acquire(resource))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(LockError::TimedOut {
+                            resource: resource.to_owned(),
+                            waited: started.elapsed(),
+                        })
+                    }),
+            };
+            match attempt {
                 Err(error) if error.is_retryable() && retries_left > 0 => {
-                    retries_left -= 1;
                     let wait = retry_wait(&self.config, &mut rand::rng());
+                    if deadline.is_some_and(|deadline| Instant::now() + wait >= deadline) {
+                        return Err(error);
+                    }
+                    retries_left -= 1;
                     tokio::time::sleep(wait).await;
                 }
                 result => return result,
@@ -193,9 +237,13 @@ impl Coordinator {
             spawn_detached(in_flight.for_each(|_| async {}));
         }
         if tally.has_quorum() {
+            Counters::bump(&self.counters.released);
+            tracing::debug!(resource, "lock released");
             Ok(())
         } else {
-            Err(self.loss(resource, tally))
+            let error = self.loss(resource, tally);
+            tracing::warn!(resource, %error, "release not confirmed by a quorum");
+            Err(error)
         }
     }
 
@@ -217,12 +265,22 @@ impl Coordinator {
             .await;
         let finished = Instant::now();
         if !tally.has_quorum() {
-            return Err(self.loss(resource, tally));
+            let error = self.loss(resource, tally);
+            tracing::warn!(resource, %error, "lock not extended");
+            return Err(error);
         }
         // The extension counts only if it was confirmed while the old lease still held.
         self.check_not_expired(resource, current_deadline, finished)?;
         match self.deadline_from(started) {
-            Some(deadline) if deadline > finished => Ok(deadline),
+            Some(deadline) if deadline > finished => {
+                Counters::bump(&self.counters.extended);
+                tracing::debug!(
+                    resource,
+                    validity_ms = (deadline - finished).as_millis() as u64,
+                    "lock extended"
+                );
+                Ok(deadline)
+            }
             _ => Err(LockError::ValidityExhausted {
                 resource: resource.to_owned(),
                 elapsed: finished.saturating_duration_since(started),
@@ -280,6 +338,7 @@ impl Coordinator {
         now: Instant,
     ) -> Result<(), LockError> {
         if now >= deadline {
+            tracing::warn!(resource, "lease expired before the operation");
             return Err(LockError::Expired {
                 resource: resource.to_owned(),
                 ago: now.saturating_duration_since(deadline),
@@ -332,6 +391,7 @@ impl Coordinator {
                 let key = Arc::clone(key);
                 let token = token.clone();
                 async move {
+                    let sent = Instant::now();
                     let request = match command {
                         Command::Lock(ttl) => node.try_lock(&key, &token, ttl),
                         Command::Unlock => node.unlock(&key, &token),
@@ -341,7 +401,7 @@ impl Coordinator {
                     let reply = tokio::time::timeout(timeout, request)
                         .await
                         .unwrap_or(Err(NodeError::Timeout(timeout)));
-                    (index, reply)
+                    (index, reply, sent.elapsed())
                 }
                 .boxed()
             })
@@ -355,15 +415,29 @@ impl Coordinator {
             quorum: self.quorum,
             ..Tally::default()
         };
-        while let Some((index, reply)) = in_flight.next().await {
+        while let Some((index, reply, latency)) = in_flight.next().await {
             let node = &self.nodes[index];
+            tracing::trace!(
+                node = node.name(),
+                ?reply,
+                latency_us = micros(latency),
+                "node replied"
+            );
             match reply {
                 Ok(true) => tally.granted += 1,
                 Ok(false) => tally.refused.push(node.name().to_owned()),
-                Err(error) => tally.failures.push(NodeFailure {
-                    node: node.name().to_owned(),
-                    error,
-                }),
+                Err(error) => {
+                    let counter = match error {
+                        NodeError::Timeout(_) => &self.counters.node_timeouts,
+                        _ => &self.counters.node_errors,
+                    };
+                    Counters::bump(counter);
+                    tracing::debug!(node = node.name(), %error, "node failed");
+                    tally.failures.push(NodeFailure {
+                        node: node.name().to_owned(),
+                        error,
+                    });
+                }
             }
             let decided =
                 tally.granted >= self.quorum || tally.granted + in_flight.len() < self.quorum;
@@ -373,6 +447,11 @@ impl Coordinator {
         }
         tally
     }
+}
+
+/// Whole microseconds, for trace fields.
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Unlocks every node in the background unless disarmed: makes an acquisition round safe

@@ -1,0 +1,232 @@
+//! The state a guard shares with its watchdog and its lost-lock signals: the deadline, and
+//! how the lease ended.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::metrics::Counters;
+use crate::quorum::Coordinator;
+use crate::token::LockToken;
+
+/// How a lease ended.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LeaseEnd {
+    /// The holder released the lock.
+    Released,
+    /// The validity deadline passed without a successful refresh.
+    Expired,
+    /// A refresh found the lock gone (expired on the nodes, flushed, or taken over), or could
+    /// not reach a quorum in time to confirm it before the deadline.
+    Lost(Box<LockError>),
+}
+
+impl std::fmt::Display for LeaseEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseEnd::Released => f.write_str("released"),
+            LeaseEnd::Expired => f.write_str("the validity deadline passed"),
+            LeaseEnd::Lost(error) => write!(f, "lost: {error}"),
+        }
+    }
+}
+
+/// Where a lease stands: its current deadline, and how it ended once it has.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseState {
+    pub(crate) acquired_at: Instant,
+    pub(crate) deadline: Instant,
+    pub(crate) end: Option<LeaseEnd>,
+}
+
+/// One held lock, shared by its guard, its watchdog and its signals.
+pub(crate) struct Lease {
+    pub(crate) coordinator: Arc<Coordinator>,
+    pub(crate) resource: String,
+    pub(crate) key: Arc<str>,
+    pub(crate) token: LockToken,
+    state: watch::Sender<LeaseState>,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        coordinator: Arc<Coordinator>,
+        resource: &str,
+        key: Arc<str>,
+        token: LockToken,
+        acquired_at: Instant,
+        deadline: Instant,
+    ) -> Self {
+        let state = LeaseState {
+            acquired_at,
+            deadline,
+            end: None,
+        };
+        Lease {
+            coordinator,
+            resource: resource.to_owned(),
+            key,
+            token,
+            state: watch::Sender::new(state),
+        }
+    }
+
+    pub(crate) fn state(&self) -> LeaseState {
+        self.state.borrow().clone()
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.state.borrow().deadline
+    }
+
+    /// Records a successful refresh, unless the lease already ended.
+    pub(crate) fn extended(&self, acquired_at: Instant, deadline: Instant) {
+        self.state.send_if_modified(|state| {
+            if state.end.is_some() {
+                return false;
+            }
+            state.acquired_at = acquired_at;
+            state.deadline = deadline;
+            true
+        });
+    }
+
+    /// Records how the lease ended; the first end recorded wins.
+    pub(crate) fn end(&self, end: LeaseEnd) {
+        if !matches!(end, LeaseEnd::Released) {
+            Counters::bump(&self.coordinator.counters().lost);
+            tracing::warn!(resource = %self.resource, %end, "lock lost");
+        }
+        self.state.send_if_modified(|state| {
+            if state.end.is_some() {
+                return false;
+            }
+            state.end = Some(end);
+            true
+        });
+    }
+
+    /// Refreshes on the nodes and records the outcome; an error that proves the lock gone
+    /// ends the lease.
+    pub(crate) async fn refresh(&self) -> Result<Instant, LockError> {
+        let started = Instant::now();
+        let result = self
+            .coordinator
+            .refresh(&self.resource, &self.key, &self.token, self.deadline())
+            .await;
+        match &result {
+            Ok(deadline) => self.extended(started, *deadline),
+            Err(error @ LockError::NotHeld { .. }) => {
+                self.end(LeaseEnd::Lost(Box::new(error.clone())))
+            }
+            Err(LockError::Expired { .. }) => self.end(LeaseEnd::Expired),
+            Err(_) => {} // a quorum could not be asked: the lease may still hold
+        }
+        result
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<LeaseState> {
+        self.state.subscribe()
+    }
+}
+
+/// Resolves when a lock is lost: released, expired, or found gone by a refresh.
+///
+/// Get one from [`LockGuard::lost`](crate::LockGuard::lost). It is cheap to clone, can move
+/// to other tasks, and outlives the guard. Await it (it implements [`IntoFuture`]) or call
+/// [`wait`](Self::wait), typically in a `tokio::select!` beside the critical section, to
+/// stop work the moment the lock can no longer be trusted:
+///
+/// ```no_run
+/// # use quorumlock::{LockConfig, Redlock};
+/// # async fn run(lock: Redlock) -> Result<(), quorumlock::LockError> {
+/// let mut guard = lock.acquire("singleton-worker").await?;
+/// guard.auto_extend(Default::default());
+/// let lost = guard.lost();
+/// tokio::select! {
+///     _ = do_the_work() => guard.release().await?,
+///     end = lost => eprintln!("stopped: the lock was {end}"),
+/// }
+/// # Ok(())
+/// # }
+/// # async fn do_the_work() {}
+/// ```
+///
+/// Without a watchdog it fires at the guard's deadline (or on release). With one
+/// ([`LockGuard::auto_extend`](crate::LockGuard::auto_extend)) it fires when an extension
+/// finds the lock gone, or when no extension could be confirmed and the remaining validity
+/// is too short for another attempt, which is before the deadline.
+#[derive(Clone)]
+pub struct LostSignal {
+    state: watch::Receiver<LeaseState>,
+}
+
+impl LostSignal {
+    pub(crate) fn new(lease: &Lease) -> Self {
+        LostSignal {
+            state: lease.subscribe(),
+        }
+    }
+
+    /// How the lease ended, if it has: recorded by the guard or watchdog, or the deadline
+    /// passed.
+    pub fn ended(&self) -> Option<LeaseEnd> {
+        let state = self.state.borrow();
+        match &state.end {
+            Some(end) => Some(end.clone()),
+            None if Instant::now() >= state.deadline => Some(LeaseEnd::Expired),
+            None => None,
+        }
+    }
+
+    /// Whether the lease has ended.
+    pub fn is_lost(&self) -> bool {
+        self.ended().is_some()
+    }
+
+    /// Waits until the lease ends, and says how.
+    pub async fn wait(&self) -> LeaseEnd {
+        let mut state = self.state.clone();
+        loop {
+            let deadline = {
+                let current = state.borrow_and_update();
+                if let Some(end) = &current.end {
+                    return end.clone();
+                }
+                current.deadline
+            };
+            tokio::select! {
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        // Every guard and watchdog is gone: nobody extends it any more.
+                        tokio::time::sleep_until(deadline).await;
+                        return LeaseEnd::Expired;
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => return LeaseEnd::Expired,
+            }
+        }
+    }
+}
+
+impl IntoFuture for LostSignal {
+    type Output = LeaseEnd;
+    type IntoFuture = Pin<Box<dyn Future<Output = LeaseEnd> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.wait().await })
+    }
+}
+
+impl std::fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LostSignal")
+            .field("ended", &self.ended())
+            .finish()
+    }
+}

@@ -1,0 +1,80 @@
+//! Counters of what the locks did, for export as metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of a lock's counters, shared by every lock instance derived from the same
+/// connections (clones, [`with_config`](crate::DistributedLock::with_config), factories).
+///
+/// The counters only grow; export them as monotonic counters (Prometheus `_total`,
+/// OpenTelemetry `Counter`) and let the metrics system compute rates.
+///
+/// ```
+/// use quorumlock::LockMetrics;
+///
+/// let before = LockMetrics::default();
+/// let after = LockMetrics { attempts: 10, acquired: 7, contended: 3, ..before };
+/// assert_eq!(after.attempts - before.attempts, 10);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockMetrics {
+    /// Acquisition rounds started (each retry counts).
+    pub attempts: u64,
+    /// Rounds that acquired the lock.
+    pub acquired: u64,
+    /// Rounds refused because another owner held the lock.
+    pub contended: u64,
+    /// Rounds that failed because too few nodes answered.
+    pub no_quorum: u64,
+    /// Rounds that reached a quorum too late to leave any validity.
+    pub validity_exhausted: u64,
+    /// Releases confirmed by a quorum.
+    pub released: u64,
+    /// Successful refreshes (manual or by a watchdog).
+    pub extended: u64,
+    /// Leases that ended other than by release: refresh found the lock gone, or a watchdog
+    /// could not confirm it in time.
+    pub lost: u64,
+    /// Node requests that failed (connection errors, Redis errors).
+    pub node_errors: u64,
+    /// Node requests that timed out.
+    pub node_timeouts: u64,
+}
+
+/// The live counters behind [`LockMetrics`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) attempts: AtomicU64,
+    pub(crate) acquired: AtomicU64,
+    pub(crate) contended: AtomicU64,
+    pub(crate) no_quorum: AtomicU64,
+    pub(crate) validity_exhausted: AtomicU64,
+    pub(crate) released: AtomicU64,
+    pub(crate) extended: AtomicU64,
+    pub(crate) lost: AtomicU64,
+    pub(crate) node_errors: AtomicU64,
+    pub(crate) node_timeouts: AtomicU64,
+}
+
+impl Counters {
+    /// Adds one; relaxed ordering is enough for counters read as a whole later.
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> LockMetrics {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        LockMetrics {
+            attempts: read(&self.attempts),
+            acquired: read(&self.acquired),
+            contended: read(&self.contended),
+            no_quorum: read(&self.no_quorum),
+            validity_exhausted: read(&self.validity_exhausted),
+            released: read(&self.released),
+            extended: read(&self.extended),
+            lost: read(&self.lost),
+            node_errors: read(&self.node_errors),
+            node_timeouts: read(&self.node_timeouts),
+        }
+    }
+}
