@@ -23,6 +23,7 @@ use crate::error::ConfigError;
 /// | [`drift_factor`](Self::drift_factor) | 0.01 | clock-drift allowance: `ttl * drift_factor + 2 ms` is subtracted from the validity |
 /// | [`node_timeout`](Self::node_timeout) | 50 ms | how long one node may take to answer one command |
 /// | [`key_prefix`](Self::key_prefix) | none | prepended to the resource name to form the Redis key |
+/// | [`notify_releases`](Self::notify_releases) | `true` | releases are announced over pub/sub, and blocking acquires wait for them |
 ///
 /// # Examples
 ///
@@ -52,6 +53,7 @@ pub struct LockConfig {
     drift_factor: f64,
     node_timeout: Duration,
     key_prefix: Option<String>,
+    notify_releases: bool,
 }
 
 impl LockConfig {
@@ -152,6 +154,16 @@ impl LockConfig {
         self.key_prefix.as_deref()
     }
 
+    /// Whether releases are announced over Redis pub/sub and waited for: a blocking acquire
+    /// that lost to another holder retries as soon as a quorum of nodes announced the
+    /// release, with the jittered retry delay as the fallback. Off, it waits the delay only.
+    ///
+    /// Applies to locks made by [`Redlock::connect`](crate::Redlock::connect) and
+    /// [`RedisLock::connect`](crate::RedisLock::connect), whose nodes publish on release.
+    pub fn notify_releases(&self) -> bool {
+        self.notify_releases
+    }
+
     /// The clock-drift allowance subtracted from every validity: `ttl * drift_factor + 2 ms`.
     pub fn drift_allowance(&self) -> Duration {
         drift_allowance(self.ttl, self.drift_factor).unwrap_or(Duration::MAX)
@@ -234,6 +246,7 @@ impl Default for LockConfig {
             drift_factor: Self::DEFAULT_DRIFT_FACTOR,
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
             key_prefix: None,
+            notify_releases: true,
         }
     }
 }
@@ -304,6 +317,12 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets whether releases are announced over pub/sub and waited for.
+    pub fn notify_releases(mut self, notify: bool) -> Self {
+        self.config.notify_releases = notify;
+        self
+    }
+
     /// Validates the settings and returns the configuration.
     pub fn build(self) -> Result<LockConfig, ConfigError> {
         self.config.validate()?;
@@ -331,6 +350,7 @@ mod tests {
         assert_eq!(config.drift_factor(), 0.01);
         assert_eq!(config.node_timeout(), ms(50));
         assert_eq!(config.key_prefix(), None);
+        assert!(config.notify_releases());
         assert_eq!(LockConfig::builder().build(), Ok(config));
     }
 

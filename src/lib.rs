@@ -62,6 +62,7 @@ mod config;
 mod error;
 mod factory;
 mod guard;
+mod handoff;
 mod lease;
 mod lock;
 mod metrics;

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::config::LockConfig;
 use crate::error::{LockError, NodeError, NodeFailure, Tally};
 use crate::guard::LockGuard;
+use crate::handoff::ReleaseWatches;
 use crate::lease::Lease;
 use crate::metrics::Counters;
 use crate::node::LockNode;
@@ -197,7 +198,11 @@ impl Coordinator {
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let mut retries_left = self.config.retry_count();
+        let mut releases: Option<ReleaseWatches> = None;
         loop {
+            if let Some(releases) = &mut releases {
+                releases.mark_seen();
+            }
             let attempt = match deadline {
                 None => self.try_acquire(resource).await,
                 Some(deadline) => tokio::time::timeout_at(deadline, self.try_acquire(resource))
@@ -216,7 +221,18 @@ impl Coordinator {
                         return Err(error);
                     }
                     retries_left -= 1;
-                    tokio::time::sleep(wait).await;
+                    let held = matches!(error, LockError::Held { .. });
+                    if held && releases.is_none() && self.config.notify_releases() {
+                        // Only now, once contended: an uncontended lock never subscribes. A
+                        // release announced before the subscription is confirmed is missed,
+                        // and the jittered delay stands in for it.
+                        let key = redis_key(&self.config, resource)?;
+                        releases = ReleaseWatches::start(&self.nodes, &key, self.quorum).await;
+                    }
+                    match &releases {
+                        Some(releases) if held => releases.wait(wait).await,
+                        _ => tokio::time::sleep(wait).await,
+                    }
                 }
                 result => return result,
             }

@@ -66,9 +66,8 @@ impl Redlock {
     {
         let mut nodes: Vec<Arc<dyn LockNode>> = Vec::new();
         for url in urls {
-            nodes.push(Arc::new(
-                RedisNode::connect(url.as_ref(), config.node_timeout()).await?,
-            ));
+            let node = RedisNode::connect(url.as_ref(), config.node_timeout()).await?;
+            nodes.push(Arc::new(node.announce_releases(config.notify_releases())));
         }
         Self::from_nodes(nodes, config)
     }

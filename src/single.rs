@@ -38,7 +38,9 @@ pub struct RedisLock {
 impl RedisLock {
     /// A lock on the Redis server at `url` (connected lazily, reconnected when lost).
     pub async fn connect(url: &str, config: LockConfig) -> Result<Self, LockError> {
-        let node = RedisNode::connect(url, config.node_timeout()).await?;
+        let node = RedisNode::connect(url, config.node_timeout())
+            .await?
+            .announce_releases(config.notify_releases());
         Self::from_node(Arc::new(node), config)
     }
 

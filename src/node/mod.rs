@@ -7,11 +7,14 @@
 //! [`try_lock`](LockNode::try_lock) ever creates a key.
 
 mod redis;
+mod releases;
 
 use std::fmt;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::sync::watch;
 
 use crate::error::NodeError;
 use crate::token::LockToken;
@@ -60,6 +63,59 @@ pub trait LockNode: Send + Sync + fmt::Debug {
         key: &'a str,
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>>;
+
+    /// Starts watching releases of `key` on this node, so that a waiter can retry as soon as
+    /// the lock is free instead of sleeping out its retry delay. `None` (the default) means
+    /// the node cannot announce releases; waiters then rely on the delay alone.
+    fn watch_releases<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        let _ = key;
+        async { None }.boxed()
+    }
+}
+
+/// Announcements of a key's releases on one node; see [`LockNode::watch_releases`].
+///
+/// It wraps a [`watch`] channel whose value a node bumps on every release of the key, and a
+/// registration that the node keeps while the watch is alive (dropped with it, for example
+/// to unsubscribe).
+pub struct ReleaseWatch {
+    notifications: watch::Receiver<u64>,
+    _registration: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl ReleaseWatch {
+    /// A watch over `notifications`, keeping `registration` alive as long as the watch.
+    pub fn new(
+        notifications: watch::Receiver<u64>,
+        registration: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        ReleaseWatch {
+            notifications,
+            _registration: registration,
+        }
+    }
+
+    /// Forgets the releases announced so far.
+    pub(crate) fn mark_seen(&mut self) {
+        self.notifications.borrow_and_update();
+    }
+
+    /// Resolves at the first release announced since the last [`mark_seen`](Self::mark_seen);
+    /// never, once the node stops announcing.
+    pub(crate) fn next_release(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut notifications = self.notifications.clone();
+        async move {
+            if notifications.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+impl fmt::Debug for ReleaseWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseWatch").finish_non_exhaustive()
+    }
 }
 
 /// A URL with any user name, password and query removed, fit for logs and errors.

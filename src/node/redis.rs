@@ -1,6 +1,7 @@
 //! [`RedisNode`]: a [`LockNode`] on a real Redis server, over one multiplexed connection.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -8,14 +9,20 @@ use futures::FutureExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, Value};
 
-use super::{redact_url, LockNode};
+use super::releases::{release_channel, ReleaseListener};
+use super::{redact_url, LockNode, ReleaseWatch};
 use crate::error::{LockError, NodeError};
 use crate::token::LockToken;
 
-/// Deletes the key only if it still holds our token, atomically.
+/// Deletes the key only if it still holds our token, atomically, and then announces the
+/// release on the channel in ARGV[2] (none when empty) so that waiters retry at once.
 const UNLOCK_SCRIPT: &str = r#"
 if redis.call("GET", KEYS[1]) == ARGV[1] then
-    return redis.call("DEL", KEYS[1])
+    redis.call("DEL", KEYS[1])
+    if ARGV[2] ~= "" then
+        redis.call("PUBLISH", ARGV[2], ARGV[1])
+    end
+    return 1
 end
 return 0
 "#;
@@ -40,6 +47,10 @@ return 0
 /// Scripts run by `EVALSHA`, falling back to loading the script when the server answers
 /// `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
 ///
+/// Releases are announced by `PUBLISH` on the channel `quorumlock:released:<key>`, and
+/// waiters subscribe to it over a second, pub/sub connection opened on the first wait; see
+/// [`announce_releases`](Self::announce_releases).
+///
 /// URLs follow the redis crate: `redis://[[user]:password@]host[:port][/db]`, `rediss://`
 /// for TLS (with the default `tls` feature), and `redis+unix:///path`.
 #[derive(Clone)]
@@ -48,6 +59,8 @@ pub struct RedisNode {
     connection: ConnectionManager,
     unlock: Script,
     extend: Script,
+    releases: Arc<ReleaseListener>,
+    announce_releases: bool,
 }
 
 impl RedisNode {
@@ -63,6 +76,7 @@ impl RedisNode {
             reason: err.to_string(),
         };
         let client = redis::Client::open(url).map_err(invalid)?;
+        let releases = Arc::new(ReleaseListener::new(client.clone(), connect_timeout));
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             // Surface a dead node quickly as an error rather than hiding it behind a long
@@ -84,7 +98,16 @@ impl RedisNode {
             connection,
             unlock: Script::new(UNLOCK_SCRIPT),
             extend: Script::new(EXTEND_SCRIPT),
+            releases,
+            announce_releases: true,
         })
+    }
+
+    /// Whether releases are announced over pub/sub and waited for (on by default). Off,
+    /// waiters retry after their jittered delay only, as with other Redlock clients.
+    pub fn announce_releases(mut self, announce: bool) -> Self {
+        self.announce_releases = announce;
+        self
     }
 
     async fn run_script(
@@ -152,7 +175,16 @@ impl LockNode for RedisNode {
         key: &'a str,
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
-        async move { self.run_script(&self.unlock, key, &[token.as_str()]).await }.boxed()
+        async move {
+            let channel = if self.announce_releases {
+                release_channel(key)
+            } else {
+                String::new()
+            };
+            self.run_script(&self.unlock, key, &[token.as_str(), &channel])
+                .await
+        }
+        .boxed()
     }
 
     fn extend<'a>(
@@ -182,6 +214,17 @@ impl LockNode for RedisNode {
                 .await
                 .map_err(node_error)?;
             Ok(value.as_deref() == Some(token.as_str()))
+        }
+        .boxed()
+    }
+
+    fn watch_releases<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        async move {
+            if self.announce_releases {
+                Some(self.releases.watch(key).await)
+            } else {
+                None
+            }
         }
         .boxed()
     }
