@@ -24,6 +24,7 @@ use crate::error::ConfigError;
 /// | [`node_timeout`](Self::node_timeout) | 50 ms | how long one node may take to answer one command |
 /// | [`key_prefix`](Self::key_prefix) | none | prepended to the resource name to form the Redis key |
 /// | [`notify_releases`](Self::notify_releases) | `true` | releases are announced over pub/sub, and blocking acquires wait for them |
+/// | [`fencing`](Self::fencing) | `false` | every acquisition mints a fencing token (two more rounds) |
 ///
 /// # Examples
 ///
@@ -54,6 +55,7 @@ pub struct LockConfig {
     node_timeout: Duration,
     key_prefix: Option<String>,
     notify_releases: bool,
+    fencing: bool,
 }
 
 impl LockConfig {
@@ -164,6 +166,12 @@ impl LockConfig {
         self.notify_releases
     }
 
+    /// Whether each acquisition mints a fencing token, strictly increasing per resource
+    /// across holders; see [`crate::fencing`]. It costs two more rounds per acquisition.
+    pub fn fencing(&self) -> bool {
+        self.fencing
+    }
+
     /// The clock-drift allowance subtracted from every validity: `ttl * drift_factor + 2 ms`.
     pub fn drift_allowance(&self) -> Duration {
         drift_allowance(self.ttl, self.drift_factor).unwrap_or(Duration::MAX)
@@ -247,6 +255,7 @@ impl Default for LockConfig {
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
             key_prefix: None,
             notify_releases: true,
+            fencing: false,
         }
     }
 }
@@ -323,6 +332,12 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets whether each acquisition mints a fencing token.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.config.fencing = fencing;
+        self
+    }
+
     /// Validates the settings and returns the configuration.
     pub fn build(self) -> Result<LockConfig, ConfigError> {
         self.config.validate()?;
@@ -351,6 +366,7 @@ mod tests {
         assert_eq!(config.node_timeout(), ms(50));
         assert_eq!(config.key_prefix(), None);
         assert!(config.notify_releases());
+        assert!(!config.fencing());
         assert_eq!(LockConfig::builder().build(), Ok(config));
     }
 

@@ -244,6 +244,14 @@ pub enum LockError {
         /// How the lease ended.
         end: LeaseEnd,
     },
+    /// The resource's fencing counter reached [`fencing::MAX_TOKEN`](crate::fencing::MAX_TOKEN).
+    #[error("lock {resource:?}: the fencing counter is at {highest} and cannot grow further")]
+    FencingExhausted {
+        /// The resource.
+        resource: String,
+        /// The counter's value.
+        highest: u64,
+    },
     /// The settings were rejected.
     #[error("invalid lock configuration: {0}")]
     Config(#[from] ConfigError),
@@ -293,6 +301,7 @@ impl LockError {
             | LockError::Expired { resource, .. }
             | LockError::InvalidResource { resource, .. }
             | LockError::TimedOut { resource, .. }
+            | LockError::FencingExhausted { resource, .. }
             | LockError::Lost { resource, .. }
             | LockError::ForeignGuard { resource } => Some(resource),
             LockError::Config(_) | LockError::InvalidNode { .. } => None,

@@ -77,6 +77,13 @@ impl LockGuard {
         &self.lease.token
     }
 
+    /// The fencing token minted for this acquisition: strictly greater than every token
+    /// of earlier holders of the resource. `None` unless the lock was configured with
+    /// [`fencing`](crate::LockConfigBuilder::fencing). See [`crate::fencing`].
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lease.fencing_token
+    }
+
     /// When the acquisition (or the last refresh) started.
     pub fn acquired_at(&self) -> Instant {
         self.lease.state().acquired_at

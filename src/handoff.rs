@@ -27,7 +27,11 @@ pub(crate) struct ReleaseWatches {
 
 impl ReleaseWatches {
     /// Starts watching `key` on every node at once; `None` when no node announces releases.
-    pub(crate) async fn start(nodes: &[Arc<dyn LockNode>], key: &str, quorum: usize) -> Option<Self> {
+    pub(crate) async fn start(
+        nodes: &[Arc<dyn LockNode>],
+        key: &str,
+        quorum: usize,
+    ) -> Option<Self> {
         let watches: Vec<ReleaseWatch> = nodes
             .iter()
             .map(|node| node.watch_releases(key))
@@ -52,8 +56,11 @@ impl ReleaseWatches {
     ///
     /// [`mark_seen`]: Self::mark_seen
     pub(crate) async fn wait(&self, fallback: Duration) {
-        let mut announcements: FuturesUnordered<_> =
-            self.watches.iter().map(ReleaseWatch::next_release).collect();
+        let mut announcements: FuturesUnordered<_> = self
+            .watches
+            .iter()
+            .map(ReleaseWatch::next_release)
+            .collect();
         let needed = self.needed;
         let released = async move {
             for _ in 0..needed {

@@ -50,6 +50,7 @@ pub(crate) struct Lease {
     pub(crate) resource: String,
     pub(crate) key: Arc<str>,
     pub(crate) token: LockToken,
+    pub(crate) fencing_token: Option<u64>,
     state: watch::Sender<LeaseState>,
 }
 
@@ -72,8 +73,15 @@ impl Lease {
             resource: resource.to_owned(),
             key,
             token,
+            fencing_token: None,
             state: watch::Sender::new(state),
         }
+    }
+
+    /// Attaches the fencing token minted for this lease.
+    pub(crate) fn with_fencing_token(mut self, fencing_token: Option<u64>) -> Self {
+        self.fencing_token = fencing_token;
+        self
     }
 
     pub(crate) fn state(&self) -> LeaseState {

@@ -61,6 +61,7 @@
 mod config;
 mod error;
 mod factory;
+pub mod fencing;
 mod guard;
 mod handoff;
 mod lease;

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::config::LockConfig;
 use crate::error::{LockError, NodeError, NodeFailure, Tally};
+use crate::fencing;
 use crate::guard::LockGuard;
 use crate::handoff::ReleaseWatches;
 use crate::lease::Lease;
@@ -57,8 +58,8 @@ enum Wait {
 }
 
 /// A node's index, its answer, and how long it took.
-type Reply = (usize, Result<bool, NodeError>, Duration);
-type InFlight = FuturesUnordered<BoxFuture<'static, Reply>>;
+type Reply<T> = (usize, Result<T, NodeError>, Duration);
+type InFlight = FuturesUnordered<BoxFuture<'static, Reply<bool>>>;
 
 impl Coordinator {
     /// A coordinator over `nodes`, which must be non-empty and have distinct names.
@@ -143,38 +144,30 @@ impl Coordinator {
         let tally = self
             .round(Command::Lock(ttl), &key, &token, Wait::UntilDecided)
             .await;
-        let finished = Instant::now();
-
-        let error = if tally.has_quorum() {
-            match self.deadline_from(started) {
-                Some(deadline) if deadline > finished => {
-                    cleanup.disarm();
-                    Counters::bump(&self.counters.acquired);
-                    tracing::debug!(
-                        resource,
-                        granted = tally.granted,
-                        nodes = tally.nodes,
-                        elapsed_us = micros(finished - started),
-                        validity_ms = (deadline - finished).as_millis() as u64,
-                        "lock acquired"
-                    );
-                    let lease =
-                        Lease::new(Arc::clone(self), resource, key, token, started, deadline);
-                    return Ok(LockGuard::new(lease));
-                }
-                _ => LockError::ValidityExhausted {
-                    resource: resource.to_owned(),
-                    elapsed: finished.saturating_duration_since(started),
-                    ttl,
-                },
+        let error = match self.confirm(resource, &key, tally, started).await {
+            Ok((deadline, fencing_token)) => {
+                cleanup.disarm();
+                Counters::bump(&self.counters.acquired);
+                tracing::debug!(
+                    resource,
+                    elapsed_us = micros(started.elapsed()),
+                    validity_ms = millis(deadline.saturating_duration_since(Instant::now())),
+                    fencing_token,
+                    "lock acquired"
+                );
+                let lease = Lease::new(Arc::clone(self), resource, key, token, started, deadline)
+                    .with_fencing_token(fencing_token);
+                return Ok(LockGuard::new(lease));
             }
-        } else {
-            self.refusal(resource, tally)
+            Err(error) => error,
         };
         match &error {
             LockError::Held { .. } => Counters::bump(&self.counters.contended),
             LockError::NoQuorum { .. } => Counters::bump(&self.counters.no_quorum),
-            _ => Counters::bump(&self.counters.validity_exhausted),
+            LockError::ValidityExhausted { .. } => {
+                Counters::bump(&self.counters.validity_exhausted)
+            }
+            _ => {}
         }
         tracing::debug!(resource, %error, "lock not acquired; unlocking every node");
         // Unlock every node, including those that failed or timed out: their SET may have
@@ -183,6 +176,105 @@ impl Coordinator {
             .await;
         cleanup.disarm();
         Err(error)
+    }
+
+    /// Turns a lock round's tally into a lease: a quorum must have granted the lock, the
+    /// fencing token (when enabled) must have been minted, and validity must be left after
+    /// both. Returns the deadline and the fencing token.
+    async fn confirm(
+        &self,
+        resource: &str,
+        key: &str,
+        tally: Tally,
+        started: Instant,
+    ) -> Result<(Instant, Option<u64>), LockError> {
+        if !tally.has_quorum() {
+            return Err(self.refusal(resource, tally));
+        }
+        let fencing_token = if self.config.fencing() {
+            Some(self.mint_fencing_token(resource, key).await?)
+        } else {
+            None
+        };
+        let now = Instant::now();
+        match self.deadline_from(started) {
+            Some(deadline) if deadline > now => Ok((deadline, fencing_token)),
+            _ => Err(LockError::ValidityExhausted {
+                resource: resource.to_owned(),
+                elapsed: now.saturating_duration_since(started),
+                ttl: self.config.ttl(),
+            }),
+        }
+    }
+
+    /// Mints the next fencing token of `key` as a quorum max-register: reads the counter
+    /// from a majority, then raises it to `max + 1` on a majority. Any two majorities
+    /// overlap, so the next holder reads at least this token and mints a larger one. (One
+    /// INCR per node with the maximum taken is not monotonic across different majorities.)
+    async fn mint_fencing_token(&self, resource: &str, key: &str) -> Result<u64, LockError> {
+        let counter: Arc<str> = fencing::counter_key(key).into();
+        let reads = self
+            .counter_round(&counter, |node, counter| {
+                async move { node.read_counter(&counter).await }.boxed()
+            })
+            .await;
+        let highest = reads.map_err(|tally| self.counter_failure(resource, tally))?;
+        // Lua scripts count in doubles: past 2^53 a counter could no longer grow exactly.
+        let next = highest.saturating_add(1);
+        if next > fencing::MAX_TOKEN {
+            return Err(LockError::FencingExhausted {
+                resource: resource.to_owned(),
+                highest,
+            });
+        }
+        self.counter_round(&counter, move |node, counter| {
+            async move {
+                // A node already above `next` holds a minority write of a failed mint; it
+                // still stores at least `next`, which is all the argument needs.
+                node.raise_counter(&counter, next)
+                    .await
+                    .map(|stored| stored.max(next))
+            }
+            .boxed()
+        })
+        .await
+        .map_err(|tally| self.counter_failure(resource, tally))?;
+        Ok(next)
+    }
+
+    /// Sends a counter request to every node and waits for a quorum of answers; returns the
+    /// highest value answered, or the tally when a quorum did not answer.
+    async fn counter_round<F>(&self, counter: &Arc<str>, request: F) -> Result<u64, Tally>
+    where
+        F: Fn(Arc<dyn LockNode>, Arc<str>) -> BoxFuture<'static, Result<u64, NodeError>>,
+    {
+        let mut in_flight = self.fan_out(|node| request(node, Arc::clone(counter)));
+        let mut tally = self.empty_tally();
+        let mut highest = 0;
+        while let Some((index, reply, _)) = in_flight.next().await {
+            match reply {
+                Ok(value) => {
+                    tally.granted += 1;
+                    highest = highest.max(value);
+                }
+                Err(error) => self.record_failure(&mut tally, index, error),
+            }
+            if tally.granted >= self.quorum {
+                return Ok(highest);
+            }
+            if tally.granted + in_flight.len() < self.quorum {
+                break;
+            }
+        }
+        Err(tally)
+    }
+
+    fn counter_failure(&self, resource: &str, tally: Tally) -> LockError {
+        tracing::warn!(resource, %tally, "fencing token not minted");
+        LockError::NoQuorum {
+            resource: resource.to_owned(),
+            tally,
+        }
     }
 
     /// Attempts until one succeeds, a non-retryable error occurs, the retries run out, or
@@ -292,7 +384,7 @@ impl Coordinator {
                 Counters::bump(&self.counters.extended);
                 tracing::debug!(
                     resource,
-                    validity_ms = (deadline - finished).as_millis() as u64,
+                    validity_ms = millis(deadline - finished),
                     "lock extended"
                 );
                 Ok(deadline)
@@ -395,25 +487,38 @@ impl Coordinator {
         self.collect(&mut in_flight, wait).await
     }
 
-    /// Sends `command` to every node at once, each bounded by the per-node timeout. The
-    /// requests own their data, so the stragglers of a round can outlive it.
+    /// Sends `command` to every node at once; see [`fan_out`](Self::fan_out).
     fn send(&self, command: Command, key: &Arc<str>, token: &LockToken) -> InFlight {
+        self.fan_out(|node| {
+            let key = Arc::clone(key);
+            let token = token.clone();
+            async move {
+                match command {
+                    Command::Lock(ttl) => node.try_lock(&key, &token, ttl).await,
+                    Command::Unlock => node.unlock(&key, &token).await,
+                    Command::Extend(ttl) => node.extend(&key, &token, ttl).await,
+                    Command::Holds => node.holds(&key, &token).await,
+                }
+            }
+            .boxed()
+        })
+    }
+
+    /// Sends one request to every node at once, each bounded by the per-node timeout and
+    /// timed. The requests own their data, so the stragglers of a round can outlive it.
+    fn fan_out<T, F>(&self, request: F) -> FuturesUnordered<BoxFuture<'static, Reply<T>>>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<dyn LockNode>) -> BoxFuture<'static, Result<T, NodeError>>,
+    {
         let timeout = self.config.node_timeout();
         self.nodes
             .iter()
             .enumerate()
             .map(|(index, node)| {
-                let node = Arc::clone(node);
-                let key = Arc::clone(key);
-                let token = token.clone();
+                let request = request(Arc::clone(node));
                 async move {
                     let sent = Instant::now();
-                    let request = match command {
-                        Command::Lock(ttl) => node.try_lock(&key, &token, ttl),
-                        Command::Unlock => node.unlock(&key, &token),
-                        Command::Extend(ttl) => node.extend(&key, &token, ttl),
-                        Command::Holds => node.holds(&key, &token),
-                    };
                     let reply = tokio::time::timeout(timeout, request)
                         .await
                         .unwrap_or(Err(NodeError::Timeout(timeout)));
@@ -424,13 +529,32 @@ impl Coordinator {
             .collect()
     }
 
-    /// Counts replies as they arrive.
-    async fn collect(&self, in_flight: &mut InFlight, wait: Wait) -> Tally {
-        let mut tally = Tally {
+    fn empty_tally(&self) -> Tally {
+        Tally {
             nodes: self.nodes.len(),
             quorum: self.quorum,
             ..Tally::default()
+        }
+    }
+
+    /// Counts a failed node request in `tally`, the metrics and the trace.
+    fn record_failure(&self, tally: &mut Tally, index: usize, error: NodeError) {
+        let node = &self.nodes[index];
+        let counter = match error {
+            NodeError::Timeout(_) => &self.counters.node_timeouts,
+            _ => &self.counters.node_errors,
         };
+        Counters::bump(counter);
+        tracing::debug!(node = node.name(), %error, "node failed");
+        tally.failures.push(NodeFailure {
+            node: node.name().to_owned(),
+            error,
+        });
+    }
+
+    /// Counts replies as they arrive.
+    async fn collect(&self, in_flight: &mut InFlight, wait: Wait) -> Tally {
+        let mut tally = self.empty_tally();
         while let Some((index, reply, latency)) = in_flight.next().await {
             let node = &self.nodes[index];
             tracing::trace!(
@@ -442,18 +566,7 @@ impl Coordinator {
             match reply {
                 Ok(true) => tally.granted += 1,
                 Ok(false) => tally.refused.push(node.name().to_owned()),
-                Err(error) => {
-                    let counter = match error {
-                        NodeError::Timeout(_) => &self.counters.node_timeouts,
-                        _ => &self.counters.node_errors,
-                    };
-                    Counters::bump(counter);
-                    tracing::debug!(node = node.name(), %error, "node failed");
-                    tally.failures.push(NodeFailure {
-                        node: node.name().to_owned(),
-                        error,
-                    });
-                }
+                Err(error) => self.record_failure(&mut tally, index, error),
             }
             let decided =
                 tally.granted >= self.quorum || tally.granted + in_flight.len() < self.quorum;
@@ -463,6 +576,11 @@ impl Coordinator {
         }
         tally
     }
+}
+
+/// Whole milliseconds, for trace fields.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Whole microseconds, for trace fields.

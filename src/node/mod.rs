@@ -64,6 +64,34 @@ pub trait LockNode: Send + Sync + fmt::Debug {
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>>;
 
+    /// Reads the fencing counter at `key`: 0 when it does not exist. Nodes that keep no
+    /// counters answer with an error, and locks with fencing enabled fail on them.
+    fn read_counter<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, NodeError>> {
+        let _ = key;
+        async {
+            Err(NodeError::Redis(
+                "this node keeps no fencing counters".to_owned(),
+            ))
+        }
+        .boxed()
+    }
+
+    /// Raises the fencing counter at `key` to `value` unless it is already higher, and
+    /// returns what it holds afterwards. Never lowers a counter, never sets an expiry.
+    fn raise_counter<'a>(
+        &'a self,
+        key: &'a str,
+        value: u64,
+    ) -> BoxFuture<'a, Result<u64, NodeError>> {
+        let _ = (key, value);
+        async {
+            Err(NodeError::Redis(
+                "this node keeps no fencing counters".to_owned(),
+            ))
+        }
+        .boxed()
+    }
+
     /// Starts watching releases of `key` on this node, so that a waiter can retry as soon as
     /// the lock is free instead of sleeping out its retry delay. `None` (the default) means
     /// the node cannot announce releases; waiters then rely on the delay alone.

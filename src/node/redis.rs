@@ -12,6 +12,7 @@ use redis::{RedisError, Script, Value};
 use super::releases::{release_channel, ReleaseListener};
 use super::{redact_url, LockNode, ReleaseWatch};
 use crate::error::{LockError, NodeError};
+use crate::fencing::RAISE_COUNTER_SCRIPT;
 use crate::token::LockToken;
 
 /// Deletes the key only if it still holds our token, atomically, and then announces the
@@ -59,6 +60,7 @@ pub struct RedisNode {
     connection: ConnectionManager,
     unlock: Script,
     extend: Script,
+    raise_counter: Script,
     releases: Arc<ReleaseListener>,
     announce_releases: bool,
 }
@@ -98,6 +100,7 @@ impl RedisNode {
             connection,
             unlock: Script::new(UNLOCK_SCRIPT),
             extend: Script::new(EXTEND_SCRIPT),
+            raise_counter: Script::new(RAISE_COUNTER_SCRIPT),
             releases,
             announce_releases: true,
         })
@@ -214,6 +217,38 @@ impl LockNode for RedisNode {
                 .await
                 .map_err(node_error)?;
             Ok(value.as_deref() == Some(token.as_str()))
+        }
+        .boxed()
+    }
+
+    fn read_counter<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, NodeError>> {
+        async move {
+            let mut connection = self.connection.clone();
+            let value: Option<u64> = redis::cmd("GET")
+                .arg(key)
+                .query_async(&mut connection)
+                .await
+                .map_err(node_error)?;
+            Ok(value.unwrap_or(0))
+        }
+        .boxed()
+    }
+
+    fn raise_counter<'a>(
+        &'a self,
+        key: &'a str,
+        value: u64,
+    ) -> BoxFuture<'a, Result<u64, NodeError>> {
+        async move {
+            let mut connection = self.connection.clone();
+            let stored: u64 = self
+                .raise_counter
+                .key(key)
+                .arg(value)
+                .invoke_async(&mut connection)
+                .await
+                .map_err(node_error)?;
+            Ok(stored)
         }
         .boxed()
     }

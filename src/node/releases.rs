@@ -70,14 +70,22 @@ impl ReleaseListener {
         let channel = release_channel(key);
         let (receiver, newly_watched, sink, task_running) = {
             let mut state = lock(&self.shared.state);
-            let entry = state.channels.entry(channel.clone()).or_insert_with(|| Channel {
-                watchers: 0,
-                notifications: watch::Sender::new(0),
-            });
+            let entry = state
+                .channels
+                .entry(channel.clone())
+                .or_insert_with(|| Channel {
+                    watchers: 0,
+                    notifications: watch::Sender::new(0),
+                });
             entry.watchers += 1;
             let receiver = entry.notifications.subscribe();
             let newly_watched = entry.watchers == 1;
-            (receiver, newly_watched, state.sink.clone(), state.task.is_some())
+            (
+                receiver,
+                newly_watched,
+                state.sink.clone(),
+                state.task.is_some(),
+            )
         };
         if !task_running {
             // The task subscribes to every registered channel once connected, this one too.
@@ -86,7 +94,8 @@ impl ReleaseListener {
                 lock(&self.shared.state).task = Some(task.abort_handle());
             }
         } else if let (true, Some(mut sink)) = (newly_watched, sink) {
-            let _ = tokio::time::timeout(self.shared.connect_timeout, sink.subscribe(&channel)).await;
+            let _ =
+                tokio::time::timeout(self.shared.connect_timeout, sink.subscribe(&channel)).await;
         }
         let registration = Registration {
             shared: Arc::downgrade(&self.shared),
@@ -144,7 +153,8 @@ async fn run(shared: Weak<Shared>) {
         let Some(strong) = shared.upgrade() else {
             return;
         };
-        let connected = tokio::time::timeout(strong.connect_timeout, strong.client.get_async_pubsub()).await;
+        let connected =
+            tokio::time::timeout(strong.connect_timeout, strong.client.get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = connected else {
             drop(strong);
             tokio::time::sleep(RECONNECT_DELAY).await;
@@ -166,7 +176,9 @@ async fn run(shared: Weak<Shared>) {
             };
             let state = lock(&strong.state);
             if let Some(channel) = state.channels.get(message.get_channel_name()) {
-                channel.notifications.send_modify(|count| *count = count.wrapping_add(1));
+                channel
+                    .notifications
+                    .send_modify(|count| *count = count.wrapping_add(1));
             }
         }
         // The connection ended: forget its sink, then reconnect after a pause.
@@ -180,5 +192,7 @@ async fn run(shared: Weak<Shared>) {
 /// Locks the state, recovering it if a panicking thread poisoned the mutex: the state is a
 /// plain map and counters, valid after any interrupted update.
 fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

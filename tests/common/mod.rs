@@ -42,7 +42,12 @@ pub async fn redlock(cluster: &RedisCluster, config: LockConfig) -> Redlock {
     for _ in 0..50 {
         if let Ok(guard) = lock.try_acquire("warm-up").await {
             guard.release().await.expect("release the warm-up lock");
-            warm = all_keys(cluster).await.is_empty();
+            warm = cluster
+                .keys_on_running("warm-up")
+                .await
+                .expect("list keys")
+                .iter()
+                .all(Vec::is_empty);
             if warm {
                 break;
             }
@@ -87,4 +92,181 @@ pub async fn no_keys_left(cluster: &RedisCluster, limit: Duration) {
         all_keys(cluster).await.is_empty()
     })
     .await;
+}
+
+// ---------------------------------------------------------------------------
+// Chaos and no-oversell helpers (tests/chaos.rs, tests/oversell.rs).
+// ---------------------------------------------------------------------------
+
+/// The key prefix of the chaos and oversell locks, so that lock keys are told apart from
+/// data keys (stock, sales) on the same nodes.
+pub const LOCK_PREFIX: &str = "lock:";
+
+/// The `SCAN` pattern matching every lock key made with [`chaos_config`].
+pub const LOCK_KEYS: &str = "lock:*";
+
+/// `n` nodes with a fault proxy in front of each.
+pub async fn proxied(nodes: usize) -> quorumlock::testkit::ProxiedCluster {
+    proxied_with(nodes, quorumlock::testkit::NodeOptions::default()).await
+}
+
+/// `n` nodes started with `options`, with a fault proxy in front of each.
+pub async fn proxied_with(
+    nodes: usize,
+    options: quorumlock::testkit::NodeOptions,
+) -> quorumlock::testkit::ProxiedCluster {
+    quorumlock::testkit::ProxiedCluster::start_with(nodes, options)
+        .await
+        .expect("start local redis-server nodes behind fault proxies")
+}
+
+/// Like [`config`], with the [`LOCK_PREFIX`] key prefix.
+pub fn chaos_config(ttl: Duration) -> LockConfig {
+    config(ttl)
+        .to_builder()
+        .key_prefix(LOCK_PREFIX)
+        .build()
+        .expect("valid chaos config")
+}
+
+/// A quorum lock over the proxies of `cluster`, every connection made and used once.
+pub async fn redlock_via(
+    cluster: &quorumlock::testkit::ProxiedCluster,
+    config: LockConfig,
+) -> Redlock {
+    let lock = Redlock::connect(cluster.urls(), config)
+        .await
+        .expect("connect through the proxies");
+    warm_up(&lock, cluster.cluster()).await;
+    lock
+}
+
+/// Takes and releases a lock until every node of `cluster` held it once, so that every
+/// connection of `lock` is made (connections are lazy, and a node still connecting when a
+/// quorum answered is not waited for). Leaves no key behind.
+pub async fn warm_up<L: quorumlock::DistributedLock>(lock: &L, cluster: &RedisCluster) {
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the test nodes did not all answer"
+        );
+        let Ok(guard) = lock.try_acquire("warm-up").await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let key = guard.key().to_owned();
+        let token = guard.token().as_str().to_owned();
+        let mut everywhere = false;
+        for _ in 0..20 {
+            let mut holding = 0;
+            for node in cluster.nodes() {
+                holding +=
+                    usize::from(node.get(&key).await.ok().flatten().as_deref() == Some(&*token));
+            }
+            everywhere = holding == cluster.len();
+            if everywhere {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = guard.release().await;
+        eventually(
+            "the warm-up key deleted everywhere",
+            Duration::from_secs(5),
+            || async {
+                let mut left = 0;
+                for node in cluster.nodes() {
+                    left += usize::from(node.get(&key).await.ok().flatten().is_some());
+                }
+                left == 0
+            },
+        )
+        .await;
+        if everywhere {
+            return;
+        }
+    }
+}
+
+/// After a scenario: no lock key outlives its TTL on any node.
+///
+/// Every node must be running (heal first, and let delayed traffic drain). Checks that each
+/// key matching `pattern` expires (`PTTL` in `(0, ttl]`: no key without expiry, no key
+/// extended beyond the TTL), then that all are gone within `ttl` plus a scheduling margin.
+pub async fn no_lock_key_outlives_ttl(cluster: &RedisCluster, pattern: &str, ttl: Duration) {
+    let start = Instant::now();
+    let keys = cluster
+        .keys(pattern)
+        .await
+        .expect("list lock keys on every node");
+    for (i, keys) in keys.iter().enumerate() {
+        for key in keys {
+            let pttl = cluster.node(i).pttl(key).await.expect("PTTL");
+            // -2: expired since the scan.
+            assert!(
+                pttl == -2 || (pttl > 0 && u128::try_from(pttl).unwrap() <= ttl.as_millis()),
+                "node {i}: lock key {key:?} has PTTL {pttl} ms (TTL {ttl:?})"
+            );
+        }
+    }
+    let limit = ttl + Duration::from_millis(500);
+    loop {
+        let left: Vec<(usize, String)> = cluster
+            .keys(pattern)
+            .await
+            .expect("list lock keys on every node")
+            .into_iter()
+            .enumerate()
+            .flat_map(|(node, keys)| keys.into_iter().map(move |key| (node, key)))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "lock keys outlived their TTL of {ttl:?}: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One field of `INFO commandstats` on node `node`: how many times `command` ran since
+/// the last `CONFIG RESETSTAT` (0 when never).
+pub async fn command_calls(node: &quorumlock::testkit::RedisProcess, command: &str) -> u64 {
+    let mut connection = node
+        .client()
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect for INFO");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a call count"))
+}
+
+/// Runs one command on node `node` over a fresh connection (for `CONFIG SET`, `CONFIG
+/// RESETSTAT` and the like).
+pub async fn node_command(node: &quorumlock::testkit::RedisProcess, args: &[&str]) {
+    let mut connection = node
+        .client()
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect for a direct command");
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    let () = cmd
+        .query_async(&mut connection)
+        .await
+        .expect("direct command");
 }

@@ -1,0 +1,160 @@
+//! Fencing tokens on real redis-server nodes: minted as a quorum max-register, strictly
+//! increasing across holders even while minority nodes die and come back, and used by a
+//! protected resource to reject a stale holder's write.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cluster, redlock, TTL};
+use quorumlock::fencing::fenced_set;
+use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster};
+use quorumlock::{LockConfig, LockError};
+
+fn fenced(ttl: Duration) -> LockConfig {
+    LockConfig::builder()
+        .ttl(ttl)
+        .node_timeout(Duration::from_millis(50).min(ttl / 10))
+        .retry_count(20)
+        .retry_delay(Duration::from_millis(20))
+        .retry_jitter(Duration::from_millis(10))
+        .fencing(true)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn tokens_strictly_increase_and_counters_never_expire() {
+    let cluster = cluster(5).await;
+    let lock = redlock(&cluster, fenced(TTL)).await;
+    let mut last = 0;
+    for _ in 0..20 {
+        let guard = lock.acquire("fenced").await.unwrap();
+        let token = guard.fencing_token().unwrap();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        guard.release().await.unwrap();
+    }
+    let counter = "quorumlock:fence:fenced";
+    for node in cluster.nodes() {
+        assert_eq!(
+            node.pttl(counter).await.unwrap(),
+            -1,
+            "a counter must never expire"
+        );
+    }
+    // Without fencing no token is minted.
+    let plain = redlock(&cluster, common::config(TTL)).await;
+    let guard = plain.try_acquire("fenced").await.unwrap();
+    assert_eq!(guard.fencing_token(), None);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_1000_holders_while_minority_nodes_restart() {
+    // Counters must survive restarts (the documented requirement), so the nodes persist.
+    let options = NodeOptions::default().with_persistence(Persistence::AppendFsyncAlways);
+    let mut cluster = RedisCluster::start_with(5, options).await.unwrap();
+    let lock = redlock(&cluster, fenced(TTL)).await;
+    let mut last = 0;
+    for holder in 0..1_000 {
+        if holder % 100 == 50 {
+            // Kill two nodes, hold a while on the other three, then bring them back.
+            let victims = [holder / 100 % 5, (holder / 100 + 2) % 5];
+            for &i in &victims {
+                cluster.node_mut(i).kill().await.unwrap();
+            }
+            for _ in 0..10 {
+                let guard = lock.acquire("ledger").await.unwrap();
+                let token = guard.fencing_token().unwrap();
+                assert!(token > last, "holder {holder}: {token} after {last}");
+                last = token;
+                guard.release().await.unwrap();
+            }
+            for &i in &victims {
+                cluster.node_mut(i).restart().await.unwrap();
+            }
+        }
+        let guard = lock.acquire("ledger").await.unwrap();
+        let token = guard.fencing_token().unwrap();
+        assert!(token > last, "holder {holder}: {token} after {last}");
+        last = token;
+        guard.release().await.unwrap();
+    }
+    assert!(last >= 1_000);
+}
+
+#[tokio::test]
+async fn a_paused_holders_late_write_is_rejected() {
+    let cluster = cluster(5).await;
+    let lock = redlock(&cluster, fenced(Duration::from_millis(300))).await;
+    // The protected resource lives on its own server (here: node 0's server, another key).
+    let store = cluster.node(0).client().unwrap();
+    let mut connection = store.get_multiplexed_async_connection().await.unwrap();
+
+    let first = lock.acquire("stock").await.unwrap();
+    let first_token = first.fencing_token().unwrap();
+    // The first holder "pauses" past its validity; a second holder takes over and writes.
+    tokio::time::sleep(first.validity() + Duration::from_millis(50)).await;
+    let second = lock.acquire("stock").await.unwrap();
+    let second_token = second.fencing_token().unwrap();
+    assert!(second_token > first_token);
+    assert!(
+        fenced_set(&mut connection, "stock-level", "9", second_token)
+            .await
+            .unwrap()
+    );
+
+    // The first holder wakes up and writes what it computed before the pause: rejected.
+    assert!(
+        !fenced_set(&mut connection, "stock-level", "10", first_token)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        cluster.node(0).get("stock-level").await.unwrap().as_deref(),
+        Some("9")
+    );
+    // Its lock is gone too, and it says so.
+    let mut first = first;
+    assert!(matches!(
+        first.refresh().await,
+        Err(LockError::Expired { .. })
+    ));
+
+    // The current holder may write again with the same token.
+    assert!(
+        fenced_set(&mut connection, "stock-level", "8", second_token)
+            .await
+            .unwrap()
+    );
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn minting_without_a_quorum_fails_and_unlocks() {
+    let mut cluster = cluster(5).await;
+    let lock = redlock(&cluster, fenced(TTL)).await;
+    // The lock keys can be taken on 3 nodes, but make the counter unreadable on 3 of them
+    // by storing a non-number there.
+    for i in 0..3 {
+        cluster
+            .node(i)
+            .set("quorumlock:fence:broken", "not-a-number", None)
+            .await
+            .unwrap();
+    }
+    let err = lock.try_acquire("broken").await.unwrap_err();
+    let LockError::NoQuorum { tally, .. } = &err else {
+        panic!("expected NoQuorum, got {err:?}");
+    };
+    assert!(tally.failures.len() >= 3, "{tally}");
+    for node in cluster.nodes() {
+        assert_eq!(
+            node.get("broken").await.unwrap(),
+            None,
+            "lock key left behind"
+        );
+    }
+    cluster.node_mut(4).kill().await.unwrap();
+}
