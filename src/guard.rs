@@ -62,14 +62,21 @@ impl LockGuard {
         }
     }
 
-    /// The name of the locked resource.
+    /// The name of the locked resource; for a lock over several resources, their sorted
+    /// names joined by `" + "`.
     pub fn resource(&self) -> &str {
         &self.lease.resource
     }
 
-    /// The Redis key the lock lives under (the resource name, after any key prefix).
+    /// The Redis key the lock lives under (the resource name, after any key prefix); for a
+    /// lock over several resources, the first of [`keys`](Self::keys).
     pub fn key(&self) -> &str {
-        &self.lease.key
+        &self.lease.keys[0]
+    }
+
+    /// The Redis keys the lock lives under, one per resource, sorted.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.lease.keys.iter().map(|key| &**key)
     }
 
     /// The token stored under the key on the nodes.
@@ -151,7 +158,7 @@ impl LockGuard {
         let lease = &self.lease;
         lease
             .coordinator
-            .is_acquired(&lease.resource, &lease.key, &lease.token, lease.deadline())
+            .is_acquired(&lease.resource, &lease.keys, &lease.token, lease.deadline())
             .await
     }
 
@@ -162,15 +169,21 @@ impl LockGuard {
         }
         self.watchdog = None; // stop extending before deleting
         let lease = &self.lease;
+        // Ended before the deletes go out, so that a late `SET` of the acquisition landing
+        // after them is undone (see `Coordinator::finish_stragglers`).
+        lease.end(LeaseEnd::Released);
         let outcome = lease
             .coordinator
-            .release(&lease.resource, &lease.key, &lease.token)
+            .release(&lease.resource, &lease.keys, &lease.token)
             .await;
         // Marked only now: if this future is dropped mid-release, Drop sends the deletes
         // again in the background (compare-and-delete makes the repeat harmless).
         self.released = true;
-        lease.end(LeaseEnd::Released);
         outcome
+    }
+
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     /// Whether this guard came from a lock on the same node connections as `coordinator`.
@@ -186,7 +199,7 @@ impl Drop for LockGuard {
         if !self.released && lease.coordinator.config().auto_release() {
             lease.end(LeaseEnd::Released);
             Arc::clone(&lease.coordinator)
-                .unlock_in_background(Arc::clone(&lease.key), lease.token.clone());
+                .unlock_in_background(Arc::clone(&lease.keys), lease.token.clone());
         }
     }
 }

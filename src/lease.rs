@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::error::LockError;
 use crate::metrics::Counters;
 use crate::quorum::Coordinator;
+use crate::resource::Keys;
 use crate::token::LockToken;
 
 /// How a lease ended.
@@ -31,7 +32,7 @@ impl std::fmt::Display for LeaseEnd {
         match self {
             LeaseEnd::Released => f.write_str("released"),
             LeaseEnd::Expired => f.write_str("the validity deadline passed"),
-            LeaseEnd::Lost(error) => write!(f, "lost: {error}"),
+            LeaseEnd::Lost(error) => write!(f, "{error}"),
         }
     }
 }
@@ -48,7 +49,7 @@ pub(crate) struct LeaseState {
 pub(crate) struct Lease {
     pub(crate) coordinator: Arc<Coordinator>,
     pub(crate) resource: String,
-    pub(crate) key: Arc<str>,
+    pub(crate) keys: Keys,
     pub(crate) token: LockToken,
     pub(crate) fencing_token: Option<u64>,
     state: watch::Sender<LeaseState>,
@@ -58,7 +59,7 @@ impl Lease {
     pub(crate) fn new(
         coordinator: Arc<Coordinator>,
         resource: &str,
-        key: Arc<str>,
+        keys: Keys,
         token: LockToken,
         acquired_at: Instant,
         deadline: Instant,
@@ -71,7 +72,7 @@ impl Lease {
         Lease {
             coordinator,
             resource: resource.to_owned(),
-            key,
+            keys,
             token,
             fencing_token: None,
             state: watch::Sender::new(state),
@@ -125,7 +126,7 @@ impl Lease {
         let started = Instant::now();
         let result = self
             .coordinator
-            .refresh(&self.resource, &self.key, &self.token, self.deadline())
+            .refresh(&self.resource, &self.keys, &self.token, self.deadline())
             .await;
         match &result {
             Ok(deadline) => self.extended(started, *deadline),
@@ -190,6 +191,15 @@ impl LostSignal {
             None if Instant::now() >= state.deadline => Some(LeaseEnd::Expired),
             None => None,
         }
+    }
+
+    /// The time left before the lease's current deadline (it moves with each extension);
+    /// zero once it passed. Check it before a write that must happen under the lock.
+    pub fn validity(&self) -> std::time::Duration {
+        self.state
+            .borrow()
+            .deadline
+            .saturating_duration_since(Instant::now())
     }
 
     /// Whether the lease has ended.

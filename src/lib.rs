@@ -90,7 +90,7 @@ pub use lease::{LeaseEnd, LostSignal};
 pub use lock::DistributedLock;
 pub use metrics::LockMetrics;
 pub use redlock::Redlock;
-pub use resource::MAX_RESOURCE_LEN;
+pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use single::RedisLock;
 pub use token::LockToken;
 pub use watchdog::AutoExtend;

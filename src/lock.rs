@@ -49,6 +49,34 @@ pub trait DistributedLock: Send + Sync {
     /// is unlocked in the background.
     fn acquire(&self, resource: &str) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
 
+    /// One attempt to lock several resources at once: on each node all of their keys are
+    /// taken or none (one script), the quorum rule applies over nodes, and one guard holds
+    /// them all. Names are sorted, so clients naming them in any order contend fairly; a
+    /// name given twice is rejected.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// use quorumlock::DistributedLock;
+    ///
+    /// // Move money between two accounts without deadlocking against a reverse transfer.
+    /// let guard = lock.acquire_many(&["account:7", "account:3"]).await?;
+    /// assert_eq!(guard.resource(), "account:3 + account:7");
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn try_acquire_many(
+        &self,
+        resources: &[&str],
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
+
+    /// [`try_acquire_many`](Self::try_acquire_many) with the retries of
+    /// [`acquire`](Self::acquire).
+    fn acquire_many(
+        &self,
+        resources: &[&str],
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
+
     /// Like [`acquire`](Self::acquire), but gives up once `timeout` has passed, whatever
     /// retries remain: [`LockError::TimedOut`] if an attempt was still running then, or the
     /// last attempt's error if the next wait would have ended past it.
@@ -120,7 +148,7 @@ macro_rules! impl_distributed_lock {
                 &self,
                 resource: &str,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.try_acquire(resource).await
+                self.coordinator.try_acquire(&[resource]).await
             }
 
             /// Bounded attempts with jittered waits; see [`DistributedLock::acquire`](crate::DistributedLock::acquire).
@@ -128,7 +156,23 @@ macro_rules! impl_distributed_lock {
                 &self,
                 resource: &str,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.acquire(resource, None).await
+                self.coordinator.acquire(&[resource], None).await
+            }
+
+            /// One attempt over several resources; see [`DistributedLock::try_acquire_many`](crate::DistributedLock::try_acquire_many).
+            pub async fn try_acquire_many(
+                &self,
+                resources: &[&str],
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                self.coordinator.try_acquire(resources).await
+            }
+
+            /// Bounded attempts over several resources; see [`DistributedLock::acquire_many`](crate::DistributedLock::acquire_many).
+            pub async fn acquire_many(
+                &self,
+                resources: &[&str],
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                self.coordinator.acquire(resources, None).await
             }
 
             /// Bounded attempts within `timeout`; see [`DistributedLock::acquire_timeout`](crate::DistributedLock::acquire_timeout).
@@ -138,7 +182,21 @@ macro_rules! impl_distributed_lock {
                 timeout: ::std::time::Duration,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
                 let deadline = ::tokio::time::Instant::now().checked_add(timeout);
-                self.coordinator.acquire(resource, deadline).await
+                self.coordinator.acquire(&[resource], deadline).await
+            }
+
+            /// Runs `work` under the lock, auto-extended; see [`DistributedLock::with`](crate::DistributedLock::with).
+            pub async fn with<F, Fut, T>(
+                &self,
+                resource: &str,
+                work: F,
+            ) -> Result<T, $crate::LockError>
+            where
+                F: FnOnce($crate::LostSignal) -> Fut,
+                Fut: ::std::future::Future<Output = T>,
+            {
+                let guard = self.coordinator.acquire(&[resource], None).await?;
+                $crate::scoped::run_locked(guard, work).await
             }
 
             /// The configuration this lock runs with.
@@ -175,6 +233,20 @@ macro_rules! impl_distributed_lock {
                 resource: &str,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
                 <$kind>::acquire(self, resource).await
+            }
+
+            async fn try_acquire_many(
+                &self,
+                resources: &[&str],
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                <$kind>::try_acquire_many(self, resources).await
+            }
+
+            async fn acquire_many(
+                &self,
+                resources: &[&str],
+            ) -> Result<$crate::LockGuard, $crate::LockError> {
+                <$kind>::acquire_many(self, resources).await
             }
 
             async fn acquire_timeout(

@@ -8,7 +8,7 @@
 //! Time comes from `tokio::time::Instant`, a monotonic clock that tokio lets tests pause
 //! and advance, so the same code runs on a simulated timeline.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -24,7 +24,7 @@ use crate::handoff::ReleaseWatches;
 use crate::lease::Lease;
 use crate::metrics::Counters;
 use crate::node::LockNode;
-use crate::resource::redis_key;
+use crate::resource::{Keys, Resources};
 use crate::retry::retry_wait;
 use crate::token::LockToken;
 
@@ -130,21 +130,21 @@ impl Coordinator {
     /// nodes are unlocked again, all of them, before this returns.
     pub(crate) async fn try_acquire(
         self: &Arc<Self>,
-        resource: &str,
+        resources: &[&str],
     ) -> Result<LockGuard, LockError> {
-        let key = redis_key(&self.config, resource)?;
+        let Resources { name, keys } = Resources::new(&self.config, resources)?;
+        let resource = name.as_str();
         let token = LockToken::generate();
         // If this future is dropped mid-round, the nodes that said yes are unlocked in the
         // background instead of holding the key for a whole TTL.
-        let mut cleanup = UnlockOnDrop::new(Arc::clone(self), Arc::clone(&key), token.clone());
+        let mut cleanup = UnlockOnDrop::new(Arc::clone(self), Arc::clone(&keys), token.clone());
 
         Counters::bump(&self.counters.attempts);
         let started = Instant::now();
         let ttl = self.config.ttl();
-        let tally = self
-            .round(Command::Lock(ttl), &key, &token, Wait::UntilDecided)
-            .await;
-        let error = match self.confirm(resource, &key, tally, started).await {
+        let mut in_flight = self.send(Command::Lock(ttl), &keys, &token);
+        let tally = self.collect(&mut in_flight, Wait::UntilDecided).await;
+        let error = match self.confirm(resource, &keys, tally, started).await {
             Ok((deadline, fencing_token)) => {
                 cleanup.disarm();
                 Counters::bump(&self.counters.acquired);
@@ -155,12 +155,19 @@ impl Coordinator {
                     fencing_token,
                     "lock acquired"
                 );
-                let lease = Lease::new(Arc::clone(self), resource, key, token, started, deadline)
+                let lease = Lease::new(Arc::clone(self), resource, keys, token, started, deadline)
                     .with_fencing_token(fencing_token);
-                return Ok(LockGuard::new(lease));
+                let guard = LockGuard::new(lease);
+                if !in_flight.is_empty() {
+                    let lease = Arc::downgrade(guard.lease());
+                    spawn_detached(Arc::clone(self).finish_stragglers(in_flight, lease));
+                }
+                return Ok(guard);
             }
             Err(error) => error,
         };
+        // Requests not yet sent are not sent at all; the rollback below covers the rest.
+        drop(in_flight);
         match &error {
             LockError::Held { .. } => Counters::bump(&self.counters.contended),
             LockError::NoQuorum { .. } => Counters::bump(&self.counters.no_quorum),
@@ -172,10 +179,31 @@ impl Coordinator {
         tracing::debug!(resource, %error, "lock not acquired; unlocking every node");
         // Unlock every node, including those that failed or timed out: their SET may have
         // landed even though the reply was lost.
-        self.round(Command::Unlock, &key, &token, Wait::ForEveryNode)
+        self.round(Command::Unlock, &keys, &token, Wait::ForEveryNode)
             .await;
         cleanup.disarm();
         Err(error)
+    }
+
+    /// Lets the `SET`s still in flight when a quorum granted the lock finish, so the lock
+    /// ends up on every node that answers, not on a bare quorum. A `SET` that lands after
+    /// the lease was released (a node still connecting, its request queued behind the
+    /// release) is undone on that node.
+    async fn finish_stragglers(self: Arc<Self>, mut in_flight: InFlight, lease: Weak<Lease>) {
+        while let Some((index, reply, _)) = in_flight.next().await {
+            if !matches!(reply, Ok(true)) {
+                continue;
+            }
+            let (keys, token) = match lease.upgrade() {
+                Some(lease) if lease.state().end.is_none() => continue,
+                Some(lease) => (Arc::clone(&lease.keys), lease.token.clone()),
+                // The guard is gone: released in the background, or left to expire.
+                None => continue,
+            };
+            let node = Arc::clone(&self.nodes[index]);
+            let timeout = self.config.node_timeout();
+            let _ = tokio::time::timeout(timeout, node.unlock(&keys, &token)).await;
+        }
     }
 
     /// Turns a lock round's tally into a lease: a quorum must have granted the lock, the
@@ -184,7 +212,7 @@ impl Coordinator {
     async fn confirm(
         &self,
         resource: &str,
-        key: &str,
+        keys: &Keys,
         tally: Tally,
         started: Instant,
     ) -> Result<(Instant, Option<u64>), LockError> {
@@ -192,7 +220,7 @@ impl Coordinator {
             return Err(self.refusal(resource, tally));
         }
         let fencing_token = if self.config.fencing() {
-            Some(self.mint_fencing_token(resource, key).await?)
+            Some(self.mint_fencing_token(resource, keys).await?)
         } else {
             None
         };
@@ -207,15 +235,18 @@ impl Coordinator {
         }
     }
 
-    /// Mints the next fencing token of `key` as a quorum max-register: reads the counter
+    /// Mints the next fencing token of `keys` as a quorum max-register: reads the counters
     /// from a majority, then raises it to `max + 1` on a majority. Any two majorities
     /// overlap, so the next holder reads at least this token and mints a larger one. (One
     /// INCR per node with the maximum taken is not monotonic across different majorities.)
-    async fn mint_fencing_token(&self, resource: &str, key: &str) -> Result<u64, LockError> {
-        let counter: Arc<str> = fencing::counter_key(key).into();
+    async fn mint_fencing_token(&self, resource: &str, keys: &Keys) -> Result<u64, LockError> {
+        let counters: Keys = keys
+            .iter()
+            .map(|key| Arc::from(fencing::counter_key(key)))
+            .collect();
         let reads = self
-            .counter_round(&counter, |node, counter| {
-                async move { node.read_counter(&counter).await }.boxed()
+            .counter_round(&counters, |node, counters| {
+                async move { node.read_counter(&counters).await }.boxed()
             })
             .await;
         let highest = reads.map_err(|tally| self.counter_failure(resource, tally))?;
@@ -227,15 +258,10 @@ impl Coordinator {
                 highest,
             });
         }
-        self.counter_round(&counter, move |node, counter| {
-            async move {
-                // A node already above `next` holds a minority write of a failed mint; it
-                // still stores at least `next`, which is all the argument needs.
-                node.raise_counter(&counter, next)
-                    .await
-                    .map(|stored| stored.max(next))
-            }
-            .boxed()
+        // A node already above `next` holds a minority write of a failed mint; it still
+        // stores at least `next`, which is all the argument needs.
+        self.counter_round(&counters, move |node, counters| {
+            async move { node.raise_counter(&counters, next).await }.boxed()
         })
         .await
         .map_err(|tally| self.counter_failure(resource, tally))?;
@@ -244,11 +270,11 @@ impl Coordinator {
 
     /// Sends a counter request to every node and waits for a quorum of answers; returns the
     /// highest value answered, or the tally when a quorum did not answer.
-    async fn counter_round<F>(&self, counter: &Arc<str>, request: F) -> Result<u64, Tally>
+    async fn counter_round<F>(&self, counters: &Keys, request: F) -> Result<u64, Tally>
     where
-        F: Fn(Arc<dyn LockNode>, Arc<str>) -> BoxFuture<'static, Result<u64, NodeError>>,
+        F: Fn(Arc<dyn LockNode>, Keys) -> BoxFuture<'static, Result<u64, NodeError>>,
     {
-        let mut in_flight = self.fan_out(|node| request(node, Arc::clone(counter)));
+        let mut in_flight = self.fan_out(|node| request(node, Arc::clone(counters)));
         let mut tally = self.empty_tally();
         let mut highest = 0;
         while let Some((index, reply, _)) = in_flight.next().await {
@@ -285,7 +311,7 @@ impl Coordinator {
     /// deadline is not started: the last attempt's error is returned at once instead.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
-        resource: &str,
+        resources: &[&str],
         deadline: Option<Instant>,
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
@@ -296,12 +322,12 @@ impl Coordinator {
                 releases.mark_seen();
             }
             let attempt = match deadline {
-                None => self.try_acquire(resource).await,
-                Some(deadline) => tokio::time::timeout_at(deadline, self.try_acquire(resource))
+                None => self.try_acquire(resources).await,
+                Some(deadline) => tokio::time::timeout_at(deadline, self.try_acquire(resources))
                     .await
                     .unwrap_or_else(|_| {
                         Err(LockError::TimedOut {
-                            resource: resource.to_owned(),
+                            resource: resources.join(" + "),
                             waited: started.elapsed(),
                         })
                     }),
@@ -318,8 +344,10 @@ impl Coordinator {
                         // Only now, once contended: an uncontended lock never subscribes. A
                         // release announced before the subscription is confirmed is missed,
                         // and the jittered delay stands in for it.
-                        let key = redis_key(&self.config, resource)?;
-                        releases = ReleaseWatches::start(&self.nodes, &key, self.quorum).await;
+                        // A lock over several resources watches the first: its release
+                        // announces every key, the first among them.
+                        let Resources { keys, .. } = Resources::new(&self.config, resources)?;
+                        releases = ReleaseWatches::start(&self.nodes, &keys[0], self.quorum).await;
                     }
                     match &releases {
                         Some(releases) if held => releases.wait(wait).await,
@@ -336,10 +364,10 @@ impl Coordinator {
     pub(crate) async fn release(
         &self,
         resource: &str,
-        key: &Arc<str>,
+        keys: &Keys,
         token: &LockToken,
     ) -> Result<(), LockError> {
-        let mut in_flight = self.send(Command::Unlock, key, token);
+        let mut in_flight = self.send(Command::Unlock, keys, token);
         let tally = self.collect(&mut in_flight, Wait::UntilDecided).await;
         if !in_flight.is_empty() {
             spawn_detached(in_flight.for_each(|_| async {}));
@@ -361,7 +389,7 @@ impl Coordinator {
     pub(crate) async fn refresh(
         &self,
         resource: &str,
-        key: &Arc<str>,
+        keys: &Keys,
         token: &LockToken,
         current_deadline: Instant,
     ) -> Result<Instant, LockError> {
@@ -369,7 +397,7 @@ impl Coordinator {
         self.check_not_expired(resource, current_deadline, started)?;
         let ttl = self.config.ttl();
         let tally = self
-            .round(Command::Extend(ttl), key, token, Wait::UntilDecided)
+            .round(Command::Extend(ttl), keys, token, Wait::UntilDecided)
             .await;
         let finished = Instant::now();
         if !tally.has_quorum() {
@@ -401,7 +429,7 @@ impl Coordinator {
     pub(crate) async fn is_acquired(
         &self,
         resource: &str,
-        key: &Arc<str>,
+        keys: &Keys,
         token: &LockToken,
         deadline: Instant,
     ) -> Result<bool, LockError> {
@@ -409,7 +437,7 @@ impl Coordinator {
             return Ok(false);
         }
         let tally = self
-            .round(Command::Holds, key, token, Wait::UntilDecided)
+            .round(Command::Holds, keys, token, Wait::UntilDecided)
             .await;
         if tally.has_quorum() {
             Ok(Instant::now() < deadline)
@@ -424,9 +452,9 @@ impl Coordinator {
     /// Unlocks every node in the background: for guards dropped without a release and
     /// acquisitions abandoned mid-round. Never blocks; without a tokio runtime the keys
     /// simply expire after their TTL.
-    pub(crate) fn unlock_in_background(self: Arc<Self>, key: Arc<str>, token: LockToken) {
+    pub(crate) fn unlock_in_background(self: Arc<Self>, keys: Keys, token: LockToken) {
         spawn_detached(async move {
-            self.round(Command::Unlock, &key, &token, Wait::ForEveryNode)
+            self.round(Command::Unlock, &keys, &token, Wait::ForEveryNode)
                 .await;
         });
     }
@@ -476,28 +504,22 @@ impl Coordinator {
         }
     }
 
-    async fn round(
-        &self,
-        command: Command,
-        key: &Arc<str>,
-        token: &LockToken,
-        wait: Wait,
-    ) -> Tally {
-        let mut in_flight = self.send(command, key, token);
+    async fn round(&self, command: Command, keys: &Keys, token: &LockToken, wait: Wait) -> Tally {
+        let mut in_flight = self.send(command, keys, token);
         self.collect(&mut in_flight, wait).await
     }
 
     /// Sends `command` to every node at once; see [`fan_out`](Self::fan_out).
-    fn send(&self, command: Command, key: &Arc<str>, token: &LockToken) -> InFlight {
+    fn send(&self, command: Command, keys: &Keys, token: &LockToken) -> InFlight {
         self.fan_out(|node| {
-            let key = Arc::clone(key);
+            let keys = Arc::clone(keys);
             let token = token.clone();
             async move {
                 match command {
-                    Command::Lock(ttl) => node.try_lock(&key, &token, ttl).await,
-                    Command::Unlock => node.unlock(&key, &token).await,
-                    Command::Extend(ttl) => node.extend(&key, &token, ttl).await,
-                    Command::Holds => node.holds(&key, &token).await,
+                    Command::Lock(ttl) => node.try_lock(&keys, &token, ttl).await,
+                    Command::Unlock => node.unlock(&keys, &token).await,
+                    Command::Extend(ttl) => node.extend(&keys, &token, ttl).await,
+                    Command::Holds => node.holds(&keys, &token).await,
                 }
             }
             .boxed()
@@ -591,13 +613,13 @@ fn micros(duration: Duration) -> u64 {
 /// Unlocks every node in the background unless disarmed: makes an acquisition round safe
 /// to cancel at any await point.
 struct UnlockOnDrop {
-    armed: Option<(Arc<Coordinator>, Arc<str>, LockToken)>,
+    armed: Option<(Arc<Coordinator>, Keys, LockToken)>,
 }
 
 impl UnlockOnDrop {
-    fn new(coordinator: Arc<Coordinator>, key: Arc<str>, token: LockToken) -> Self {
+    fn new(coordinator: Arc<Coordinator>, keys: Keys, token: LockToken) -> Self {
         UnlockOnDrop {
-            armed: Some((coordinator, key, token)),
+            armed: Some((coordinator, keys, token)),
         }
     }
 
@@ -608,8 +630,8 @@ impl UnlockOnDrop {
 
 impl Drop for UnlockOnDrop {
     fn drop(&mut self) {
-        if let Some((coordinator, key, token)) = self.armed.take() {
-            coordinator.unlock_in_background(key, token);
+        if let Some((coordinator, keys, token)) = self.armed.take() {
+            coordinator.unlock_in_background(keys, token);
         }
     }
 }

@@ -11,14 +11,50 @@ use crate::error::LockError;
 /// where an identifier belongs), and every request carries the key to every node.
 pub const MAX_RESOURCE_LEN: usize = 1024;
 
-/// Checks a resource name and forms its Redis key: the name itself, or the configured
-/// prefix followed by the name.
-pub(crate) fn redis_key(config: &LockConfig, resource: &str) -> Result<Arc<str>, LockError> {
-    validate(resource)?;
-    Ok(match config.key_prefix() {
-        Some(prefix) => format!("{prefix}{resource}").into(),
-        None => resource.into(),
-    })
+/// The most resources one lock may cover.
+pub const MAX_RESOURCES: usize = 64;
+
+/// The Redis keys of one lock: one per resource, sorted.
+pub(crate) type Keys = Arc<[Arc<str>]>;
+
+/// The resources of one lock: a name for errors and logs, and their Redis keys.
+pub(crate) struct Resources {
+    /// The resource name, or the sorted names joined by `" + "` for several.
+    pub(crate) name: String,
+    pub(crate) keys: Keys,
+}
+
+impl Resources {
+    /// Checks the names and forms their keys: each name itself, or the configured prefix
+    /// followed by the name. Several names are sorted, so every client locks them in the
+    /// same order and reports them the same way.
+    pub(crate) fn new(config: &LockConfig, resources: &[&str]) -> Result<Self, LockError> {
+        if resources.is_empty() {
+            return Err(invalid("", "no resource given"));
+        }
+        if resources.len() > MAX_RESOURCES {
+            return Err(invalid(resources[0], "more than 64 resources in one lock"));
+        }
+        let mut names: Vec<&str> = resources.to_vec();
+        names.sort_unstable();
+        for (i, name) in names.iter().enumerate() {
+            validate(name)?;
+            if i > 0 && names[i - 1] == *name {
+                return Err(invalid(name, "listed twice in one lock"));
+            }
+        }
+        let keys = names
+            .iter()
+            .map(|name| match config.key_prefix() {
+                Some(prefix) => format!("{prefix}{name}").into(),
+                None => Arc::from(*name),
+            })
+            .collect();
+        Ok(Resources {
+            name: names.join(" + "),
+            keys,
+        })
+    }
 }
 
 /// Rejects names that cannot be a lock.
@@ -30,10 +66,14 @@ pub(crate) fn validate(resource: &str) -> Result<(), LockError> {
     } else {
         return Ok(());
     };
-    Err(LockError::InvalidResource {
+    Err(invalid(resource, reason))
+}
+
+fn invalid(resource: &str, reason: &'static str) -> LockError {
+    LockError::InvalidResource {
         resource: resource.chars().take(64).collect(),
         reason,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -43,30 +83,49 @@ mod tests {
     #[test]
     fn key_is_the_name_unless_a_prefix_is_configured() {
         let plain = LockConfig::default();
-        assert_eq!(&*redis_key(&plain, "order:1").unwrap(), "order:1");
+        let one = Resources::new(&plain, &["order:1"]).unwrap();
+        assert_eq!(one.name, "order:1");
+        assert_eq!(&*one.keys[0], "order:1");
         let prefixed = LockConfig::builder().key_prefix("lock:").build().unwrap();
-        assert_eq!(&*redis_key(&prefixed, "order:1").unwrap(), "lock:order:1");
+        let one = Resources::new(&prefixed, &["order:1"]).unwrap();
+        assert_eq!(&*one.keys[0], "lock:order:1");
+        assert_eq!(one.name, "order:1");
     }
 
     #[test]
-    fn rejects_empty_and_oversized_names() {
+    fn several_resources_are_sorted_and_named_together() {
         let config = LockConfig::default();
-        assert!(matches!(
-            redis_key(&config, ""),
-            Err(LockError::InvalidResource { .. })
-        ));
+        let both = Resources::new(&config, &["b", "a"]).unwrap();
+        assert_eq!(both.name, "a + b");
+        let keys: Vec<&str> = both.keys.iter().map(|key| &**key).collect();
+        assert_eq!(keys, ["a", "b"]);
+    }
+
+    #[test]
+    fn rejects_empty_duplicate_oversized_and_too_many_names() {
+        let config = LockConfig::default();
+        let reject = |names: &[&str]| match Resources::new(&config, names) {
+            Err(LockError::InvalidResource { reason, .. }) => reason,
+            Err(other) => panic!("unexpected {other:?}"),
+            Ok(_) => panic!("accepted {names:?}"),
+        };
+        assert_eq!(reject(&[""]), "the name is empty");
+        assert_eq!(reject(&[]), "no resource given");
+        assert_eq!(reject(&["a", "b", "a"]), "listed twice in one lock");
+        let many: Vec<String> = (0..=MAX_RESOURCES).map(|i| i.to_string()).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(reject(&many), "more than 64 resources in one lock");
         let long = "x".repeat(MAX_RESOURCE_LEN + 1);
-        let err = redis_key(&config, &long).unwrap_err();
-        match err {
-            LockError::InvalidResource { resource, .. } => assert_eq!(resource.len(), 64),
-            other => panic!("unexpected {other:?}"),
+        match Resources::new(&config, &[&long]) {
+            Err(LockError::InvalidResource { resource, .. }) => assert_eq!(resource.len(), 64),
+            other => panic!("unexpected {:?}", other.map(|r| r.name)),
         }
-        assert!(redis_key(&config, &"x".repeat(MAX_RESOURCE_LEN)).is_ok());
+        assert!(Resources::new(&config, &[&"x".repeat(MAX_RESOURCE_LEN)]).is_ok());
     }
 
     #[test]
     fn any_utf8_is_a_valid_name() {
         let config = LockConfig::default();
-        assert!(redis_key(&config, "заказ 🧾 #1\n").is_ok());
+        assert!(Resources::new(&config, &["заказ 🧾 #1\n"]).is_ok());
     }
 }

@@ -199,7 +199,11 @@ async fn acquire_timeout_gives_up_at_its_deadline() {
         .await
         .unwrap_err();
     let waited = started.elapsed();
-    assert!(matches!(err, LockError::Held { .. }), "{err:?}");
+    // Either the last attempt's refusal, or the attempt the deadline cut short.
+    assert!(
+        matches!(err, LockError::Held { .. } | LockError::TimedOut { .. }),
+        "{err:?}"
+    );
     assert!(
         waited >= Duration::from_millis(250) && waited < Duration::from_millis(600),
         "{waited:?}"

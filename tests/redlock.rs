@@ -158,9 +158,15 @@ async fn nobody_can_release_or_refresh_someone_elses_lock() {
     let url = &cluster.urls()[granted.expect("a quorum of nodes hold the token")];
     let node = RedisNode::connect(url, NODE_TIMEOUT).await.unwrap();
     let stranger = LockToken::generate();
-    assert!(!node.unlock("stock", &stranger).await.unwrap());
-    assert!(!node.extend("stock", &stranger, TTL).await.unwrap());
-    assert!(node.holds("stock", first.token()).await.unwrap());
+    assert!(!node.unlock(&[Arc::from("stock")], &stranger).await.unwrap());
+    assert!(!node
+        .extend(&[Arc::from("stock")], &stranger, TTL)
+        .await
+        .unwrap());
+    assert!(node
+        .holds(&[Arc::from("stock")], first.token())
+        .await
+        .unwrap());
 
     // Let the first lock expire, and a second owner take it.
     tokio::time::sleep(Duration::from_millis(600)).await;

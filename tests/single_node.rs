@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{cluster, config, eventually, NODE_TIMEOUT, TTL};
@@ -64,9 +65,16 @@ async fn release_and_refresh_check_the_token() {
         .await
         .unwrap();
     let stranger = LockToken::generate();
-    assert!(!node.unlock("stock:42", &stranger).await.unwrap());
     assert!(!node
-        .extend("stock:42", &stranger, Duration::from_secs(100))
+        .unlock(&[Arc::from("stock:42")], &stranger)
+        .await
+        .unwrap());
+    assert!(!node
+        .extend(
+            &[Arc::from("stock:42")],
+            &stranger,
+            Duration::from_secs(100)
+        )
         .await
         .unwrap());
     let pttl = cluster.node(0).pttl("stock:42").await.unwrap();
@@ -74,10 +82,16 @@ async fn release_and_refresh_check_the_token() {
         pttl <= 10_000,
         "a stranger's extend changed the TTL: {pttl}"
     );
-    assert!(node.holds("stock:42", guard.token()).await.unwrap());
+    assert!(node
+        .holds(&[Arc::from("stock:42")], guard.token())
+        .await
+        .unwrap());
     guard.release().await.unwrap();
     // Extending an absent key does not create it.
-    assert!(!node.extend("stock:42", &stranger, TTL).await.unwrap());
+    assert!(!node
+        .extend(&[Arc::from("stock:42")], &stranger, TTL)
+        .await
+        .unwrap());
     assert_eq!(cluster.node(0).get("stock:42").await.unwrap(), None);
 }
 

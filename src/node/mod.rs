@@ -1,15 +1,17 @@
-//! The node abstraction: the four commands the lock algorithms send to one Redis node.
+//! The node abstraction: the commands the lock algorithms send to one Redis node.
 //!
 //! The quorum coordinator only ever talks to a [`LockNode`], so the same code runs on real
 //! Redis ([`RedisNode`]) and on any other implementation, such as an in-memory node for
 //! tests. An implementation must keep the contract of each method: every delete and every
-//! expiry change is conditional on the caller's token, and nothing but
-//! [`try_lock`](LockNode::try_lock) ever creates a key.
+//! expiry change is conditional on the caller's token, nothing but
+//! [`try_lock`](LockNode::try_lock) ever creates a lock key, and a lock over several keys is
+//! taken or extended on one node for all of them or for none.
 
 mod redis;
 mod releases;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -31,66 +33,52 @@ pub trait LockNode: Send + Sync + fmt::Debug {
     /// A name for logs and errors, such as the node's URL. It must never contain a password.
     fn name(&self) -> &str;
 
-    /// Sets `key` to `token` with a TTL, only if `key` does not exist
-    /// (`SET key token NX PX ttl`). `Ok(true)` means the lock was taken.
+    /// Sets every key to `token` with a TTL, only if none of them exists, atomically: all
+    /// keys or none (`SET key token NX PX ttl` for one key). `Ok(true)` means the lock was
+    /// taken.
     fn try_lock<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, NodeError>>;
 
-    /// Deletes `key` only if it holds `token` (compare-and-delete). `Ok(true)` means it was
-    /// deleted; `Ok(false)` means it was absent or held another token, which was left alone.
+    /// Deletes each key that holds `token` (compare-and-delete), leaving keys that hold
+    /// another token alone. `Ok(true)` means every key held `token` and was deleted.
     fn unlock<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>>;
 
-    /// Sets the TTL of `key` only if it holds `token` (compare-and-pexpire). Never creates a
-    /// key. `Ok(true)` means the TTL was set.
+    /// Sets the TTL of every key, only if all of them hold `token` (compare-and-pexpire):
+    /// all keys or none. Never creates a key. `Ok(true)` means the TTLs were set.
     fn extend<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, NodeError>>;
 
-    /// Whether `key` currently holds `token`.
+    /// Whether every key currently holds `token`.
     fn holds<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>>;
 
-    /// Reads the fencing counter at `key`: 0 when it does not exist. Nodes that keep no
-    /// counters answer with an error, and locks with fencing enabled fail on them.
-    fn read_counter<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, NodeError>> {
-        let _ = key;
-        async {
-            Err(NodeError::Redis(
-                "this node keeps no fencing counters".to_owned(),
-            ))
-        }
-        .boxed()
-    }
+    /// Reads the fencing counters at `keys` and returns the highest (0 for a counter that
+    /// does not exist).
+    fn read_counter<'a>(&'a self, keys: &'a [Arc<str>]) -> BoxFuture<'a, Result<u64, NodeError>>;
 
-    /// Raises the fencing counter at `key` to `value` unless it is already higher, and
-    /// returns what it holds afterwards. Never lowers a counter, never sets an expiry.
+    /// Raises each fencing counter at `keys` to `value` unless it is already higher, and
+    /// returns the lowest value they hold afterwards. Never lowers a counter, never sets an
+    /// expiry.
     fn raise_counter<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         value: u64,
-    ) -> BoxFuture<'a, Result<u64, NodeError>> {
-        let _ = (key, value);
-        async {
-            Err(NodeError::Redis(
-                "this node keeps no fencing counters".to_owned(),
-            ))
-        }
-        .boxed()
-    }
+    ) -> BoxFuture<'a, Result<u64, NodeError>>;
 
     /// Starts watching releases of `key` on this node, so that a waiter can retry as soon as
     /// the lock is free instead of sleeping out its retry delay. `None` (the default) means

@@ -9,32 +9,56 @@ use futures::FutureExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, Value};
 
-use super::releases::{release_channel, ReleaseListener};
+use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
 use super::{redact_url, LockNode, ReleaseWatch};
 use crate::error::{LockError, NodeError};
 use crate::fencing::RAISE_COUNTER_SCRIPT;
 use crate::token::LockToken;
 
-/// Deletes the key only if it still holds our token, atomically, and then announces the
-/// release on the channel in ARGV[2] (none when empty) so that waiters retry at once.
-const UNLOCK_SCRIPT: &str = r#"
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-    redis.call("DEL", KEYS[1])
-    if ARGV[2] ~= "" then
-        redis.call("PUBLISH", ARGV[2], ARGV[1])
+/// Takes every key for our token with a TTL, only if none exists: all or nothing. (One
+/// key goes through plain `SET NX PX` instead.)
+const LOCK_SCRIPT: &str = r#"
+for _, key in ipairs(KEYS) do
+    if redis.call("EXISTS", key) == 1 then
+        return 0
     end
-    return 1
 end
-return 0
+for _, key in ipairs(KEYS) do
+    redis.call("SET", key, ARGV[1], "PX", ARGV[2])
+end
+return 1
 "#;
 
-/// Sets the key's TTL only if it still holds our token. PEXPIRE never creates a key, so a
-/// lock that expired or was flushed cannot be revived.
-const EXTEND_SCRIPT: &str = r#"
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-    return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+/// Deletes each key that still holds our token, announcing each release on the channel
+/// ARGV[2] .. key (no announcement when ARGV[2] is empty) so that waiters retry at once.
+/// Returns 1 only if every key was ours.
+const UNLOCK_SCRIPT: &str = r#"
+local all = 1
+for _, key in ipairs(KEYS) do
+    if redis.call("GET", key) == ARGV[1] then
+        redis.call("DEL", key)
+        if ARGV[2] ~= "" then
+            redis.call("PUBLISH", ARGV[2] .. key, ARGV[1])
+        end
+    else
+        all = 0
+    end
 end
-return 0
+return all
+"#;
+
+/// Sets every key's TTL, only if all still hold our token. PEXPIRE never creates a key, so
+/// a lock that expired or was flushed cannot be revived.
+const EXTEND_SCRIPT: &str = r#"
+for _, key in ipairs(KEYS) do
+    if redis.call("GET", key) ~= ARGV[1] then
+        return 0
+    end
+end
+for _, key in ipairs(KEYS) do
+    redis.call("PEXPIRE", key, ARGV[2])
+end
+return 1
 "#;
 
 /// A Redis server used as a lock node.
@@ -58,6 +82,7 @@ return 0
 pub struct RedisNode {
     name: String,
     connection: ConnectionManager,
+    lock: Script,
     unlock: Script,
     extend: Script,
     raise_counter: Script,
@@ -98,6 +123,7 @@ impl RedisNode {
         Ok(RedisNode {
             name,
             connection,
+            lock: Script::new(LOCK_SCRIPT),
             unlock: Script::new(UNLOCK_SCRIPT),
             extend: Script::new(EXTEND_SCRIPT),
             raise_counter: Script::new(RAISE_COUNTER_SCRIPT),
@@ -113,22 +139,46 @@ impl RedisNode {
         self
     }
 
+    /// Runs `script` over `keys` and returns its integer reply.
     async fn run_script(
         &self,
         script: &Script,
-        key: &str,
+        keys: &[Arc<str>],
         args: &[&str],
-    ) -> Result<bool, NodeError> {
+    ) -> Result<u64, NodeError> {
         let mut connection = self.connection.clone();
-        let mut invocation = script.key(key);
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(&**key);
+        }
         for arg in args {
             invocation.arg(*arg);
         }
-        let reply: i64 = invocation
+        invocation
             .invoke_async(&mut connection)
             .await
-            .map_err(node_error)?;
-        Ok(reply == 1)
+            .map_err(node_error)
+    }
+
+    /// The values of `keys` (`GET` for one, `MGET` for several).
+    async fn values(&self, keys: &[Arc<str>]) -> Result<Vec<Option<String>>, NodeError> {
+        let mut connection = self.connection.clone();
+        let mut command = redis::cmd(if keys.len() == 1 { "GET" } else { "MGET" });
+        for key in keys {
+            command.arg(&**key);
+        }
+        if keys.len() == 1 {
+            let value: Option<String> = command
+                .query_async(&mut connection)
+                .await
+                .map_err(node_error)?;
+            Ok(vec![value])
+        } else {
+            command
+                .query_async(&mut connection)
+                .await
+                .map_err(node_error)
+        }
     }
 }
 
@@ -147,18 +197,26 @@ impl LockNode for RedisNode {
 
     fn try_lock<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
+            let ttl = millis(ttl);
+            let [key] = keys else {
+                let taken = self
+                    .run_script(&self.lock, keys, &[token.as_str(), &ttl.to_string()])
+                    .await?;
+                return Ok(taken == 1);
+            };
+            // The common case: one plain command, no script.
             let mut connection = self.connection.clone();
             let reply: Value = redis::cmd("SET")
-                .arg(key)
+                .arg(&**key)
                 .arg(token.as_str())
                 .arg("NX")
                 .arg("PX")
-                .arg(millis(ttl))
+                .arg(ttl)
                 .query_async(&mut connection)
                 .await
                 .map_err(node_error)?;
@@ -175,80 +233,75 @@ impl LockNode for RedisNode {
 
     fn unlock<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
-            let channel = if self.announce_releases {
-                release_channel(key)
+            let channel_prefix = if self.announce_releases {
+                RELEASE_CHANNEL_PREFIX
             } else {
-                String::new()
+                ""
             };
-            self.run_script(&self.unlock, key, &[token.as_str(), &channel])
-                .await
+            let all = self
+                .run_script(&self.unlock, keys, &[token.as_str(), channel_prefix])
+                .await?;
+            Ok(all == 1)
         }
         .boxed()
     }
 
     fn extend<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let ttl = millis(ttl).to_string();
-            self.run_script(&self.extend, key, &[token.as_str(), &ttl])
-                .await
+            let extended = self
+                .run_script(&self.extend, keys, &[token.as_str(), &ttl])
+                .await?;
+            Ok(extended == 1)
         }
         .boxed()
     }
 
     fn holds<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
-            let mut connection = self.connection.clone();
-            let value: Option<String> = redis::cmd("GET")
-                .arg(key)
-                .query_async(&mut connection)
-                .await
-                .map_err(node_error)?;
-            Ok(value.as_deref() == Some(token.as_str()))
+            let values = self.values(keys).await?;
+            Ok(values
+                .iter()
+                .all(|value| value.as_deref() == Some(token.as_str())))
         }
         .boxed()
     }
 
-    fn read_counter<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<u64, NodeError>> {
+    fn read_counter<'a>(&'a self, keys: &'a [Arc<str>]) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
-            let mut connection = self.connection.clone();
-            let value: Option<u64> = redis::cmd("GET")
-                .arg(key)
-                .query_async(&mut connection)
-                .await
-                .map_err(node_error)?;
-            Ok(value.unwrap_or(0))
+            let mut highest = 0;
+            for value in self.values(keys).await?.into_iter().flatten() {
+                let counter = value.parse::<u64>().map_err(|_| {
+                    NodeError::Redis(format!("a fencing counter holds {value:?}, not a number"))
+                })?;
+                highest = highest.max(counter);
+            }
+            Ok(highest)
         }
         .boxed()
     }
 
     fn raise_counter<'a>(
         &'a self,
-        key: &'a str,
+        keys: &'a [Arc<str>],
         value: u64,
     ) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
-            let mut connection = self.connection.clone();
-            let stored: u64 = self
-                .raise_counter
-                .key(key)
-                .arg(value)
-                .invoke_async(&mut connection)
+            self.run_script(&self.raise_counter, keys, &[&value.to_string()])
                 .await
-                .map_err(node_error)?;
-            Ok(stored)
         }
         .boxed()
     }

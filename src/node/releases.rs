@@ -18,9 +18,12 @@ use tokio::sync::watch;
 use super::ReleaseWatch;
 use crate::quorum::spawn_detached;
 
+/// The channel on which releases of a key are announced is this prefix and the key.
+pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorumlock:released:";
+
 /// The channel on which releases of `key` are announced.
-pub(crate) fn release_channel(key: &str) -> String {
-    format!("quorumlock:released:{key}")
+fn release_channel(key: &str) -> String {
+    format!("{RELEASE_CHANNEL_PREFIX}{key}")
 }
 
 /// How long to wait before reconnecting a lost pub/sub connection.
