@@ -2,57 +2,138 @@
 //!
 //! `quorumlock` runs the [Redlock] algorithm across N independent Redis nodes, so a lock
 //! survives the loss of any minority of them, and offers a single-node lock behind the same
-//! [`DistributedLock`] trait.
+//! [`DistributedLock`] trait. It is for services that must never run the same critical
+//! section twice: stock that must not be oversold, a cron job that must run on one host,
+//! leader election, singleton workers.
+//!
+//! # Choosing a lock
 //!
 //! | you have | use |
 //! |---|---|
-//! | several independent Redis masters (3 or 5) | [`Redlock`] |
-//! | one Redis server | [`RedisLock`] |
+//! | 3 or 5 independent Redis masters | [`Redlock`]: survives the loss of any minority |
+//! | one Redis server | [`RedisLock`]: as available as that server |
 //! | many lock names with shared defaults | [`LockFactory`] over either |
+//! | tests without Redis | [`Redlock::from_nodes`] over in-memory nodes (feature `test-util`, module `sim`) |
 //!
-//! # A lock in five lines
+//! # Taking a lock
 //!
 //! ```no_run
-//! use quorumlock::{DistributedLock, LockConfig, Redlock};
+//! use std::time::Duration;
+//! use quorumlock::{LockConfig, LockError, Redlock};
 //!
-//! # async fn run() -> Result<(), quorumlock::LockError> {
+//! # async fn run() -> Result<(), LockError> {
 //! let urls = (1..=5).map(|i| format!("redis://127.0.0.1:700{i}"));
 //! let lock = Redlock::connect(urls, LockConfig::default()).await?;
-//! let guard = lock.acquire("order:12345").await?;   // bounded retries with jitter
+//!
+//! // Bounded retries with jittered waits; a waiter is woken as soon as the holder releases.
+//! let guard = lock.acquire("order:12345").await?;
 //! // ... the critical section, finished within guard.validity() ...
-//! guard.release().await?;                           // compare-and-delete on every node
+//! guard.release().await?; // compare-and-delete on every node
+//!
+//! // One attempt, no waiting: a cron job that must run on one host only.
+//! match lock.try_acquire("cron:nightly").await {
+//!     Ok(guard) => guard.release().await?,
+//!     Err(LockError::Held { .. }) => println!("another host runs it"),
+//!     Err(other) => return Err(other),
+//! }
+//!
+//! // Give up after a deadline, whatever retries remain.
+//! let guard = lock.acquire_timeout("report", Duration::from_secs(2)).await?;
+//! # drop(guard);
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! # The pieces
+//! A successful acquisition returns a [`LockGuard`]: the resource, a 128-bit random
+//! [`LockToken`], and the deadline until which the lock is guaranteed to be ours
+//! ([`validity`](LockGuard::validity)). Dropping the guard (an early return, `?`, a panic)
+//! releases the lock in the background; [`release`](LockGuard::release) does it now and
+//! reports whether the lock was still ours.
 //!
-//! - [`LockConfig`]: immutable, validated settings (TTL 30 s, auto-release on, 3 retries,
-//!   200 ms ± 100 ms between attempts, 1 % clock-drift allowance, 50 ms per-node timeout).
-//! - [`DistributedLock`]: `try_acquire` (one attempt), `acquire` (bounded retries),
-//!   `release`, `is_acquired`, `refresh`.
-//! - [`LockGuard`]: proof of ownership, with the token and the validity deadline. Dropping
-//!   it releases the lock in the background.
-//! - [`LockError`]: says which resource and why: [`Held`](LockError::Held) by another owner,
-//!   [`NoQuorum`](LockError::NoQuorum) (naming each failed node and the reason),
-//!   [`ValidityExhausted`](LockError::ValidityExhausted) (the nodes were too slow),
-//!   [`NotHeld`](LockError::NotHeld) / [`Expired`](LockError::Expired) on release or refresh,
-//!   invalid configuration or name.
-//! - [`node::LockNode`]: the four commands a lock sends to one node; [`node::RedisNode`]
-//!   implements them on a real server over one auto-reconnecting multiplexed connection.
+//! # Long work: auto-extension and the lost-lock signal
+//!
+//! Work that may outlast the TTL keeps the lock alive with a watchdog and watches for its
+//! loss, so it stops before another holder can start:
+//!
+//! ```no_run
+//! # async fn run(lock: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+//! let rows = lock
+//!     .with("nightly-export", |lost| async move {
+//!         // Extended every third of the TTL while this runs; cancelled if the lock is lost.
+//!         // `lost.validity()` says how long the lock is guaranteed right now.
+//!         export_everything().await
+//!     })
+//!     .await?;
+//! # Ok(())
+//! # }
+//! # async fn export_everything() -> u64 { 0 }
+//! ```
+//!
+//! The same pieces are available separately: [`LockGuard::auto_extend`] with [`AutoExtend`]
+//! (interval, cap on the total hold time) and [`LockGuard::lost`], a [`LostSignal`] to
+//! `select!` on, which fires before the deadline when extensions cannot be confirmed.
+//!
+//! # Fencing tokens
+//!
+//! A client paused longer than its validity (GC, swap, SIGSTOP) may act after losing its
+//! lock. With [`fencing`](LockConfigBuilder::fencing) on, each acquisition mints a token
+//! that strictly increases across holders of a resource ([`LockGuard::fencing_token`]), and
+//! the protected resource rejects stale writes with [`fencing::fenced_set`]. See
+//! [`fencing`] for how tokens are minted across a quorum and what they require.
+//!
+//! # Several resources at once
+//!
+//! [`DistributedLock::acquire_many`] locks a set of resources atomically: on each node all
+//! keys or none, the quorum rule over nodes, one guard for all.
+//!
+//! # Errors
+//!
+//! Every failure is a [`LockError`] naming the resource and the reason:
+//! [`Held`](LockError::Held) by another owner, [`NoQuorum`](LockError::NoQuorum) (with a
+//! [`Tally`] naming each node that failed and why), [`ValidityExhausted`](LockError::ValidityExhausted)
+//! (the nodes were too slow), [`NotHeld`](LockError::NotHeld) or
+//! [`Expired`](LockError::Expired) on release or refresh, [`Lost`](LockError::Lost) when
+//! work under [`with`](DistributedLock::with) lost its lock, [`TimedOut`](LockError::TimedOut),
+//! invalid configuration or names. [`LockError::is_retryable`] separates the failures worth
+//! another attempt. Node names never include passwords.
+//!
+//! # Configuration
+//!
+//! [`LockConfig`] is an immutable, validated value: TTL 30 s, auto-release on, 3 retries,
+//! 200 ms ± 100 ms between attempts, 1 % clock-drift allowance, 50 ms per-node timeout,
+//! release notifications on, fencing off. Settings that make no sense (a zero TTL, a drift
+//! allowance that eats the TTL, a per-node timeout not well below the TTL, ...) are
+//! rejected with a [`ConfigError`] saying why.
+//!
+//! # Observability
+//!
+//! Each lock kind counts what it did ([`LockMetrics`], from `metrics()`), and emits
+//! [`tracing`](https://docs.rs/tracing) events: per-node replies and latencies at `trace`,
+//! acquisitions, extensions and releases at `debug`, losses and unconfirmed releases at
+//! `warn`.
 //!
 //! # Guarantees, and their limits
 //!
 //! Every delete and every expiry change is conditional on the holder's token, so no client
 //! can release or extend another's lock; a refresh never creates or revives a key. Validity
 //! is computed on a monotonic clock with checked arithmetic, and an acquisition that fails
-//! unlocks every node before returning, including nodes that did not answer.
+//! unlocks every node before returning, including nodes that did not answer; one dropped
+//! mid-round unlocks them in the background.
 //!
 //! Mutual exclusion holds for the validity period as long as the nodes' clocks advance at
 //! nearly the same rate (within the drift factor) and no node loses its keys (a restart
-//! without persistence, an eviction). A client that pauses (GC, swap, SIGSTOP) longer than
-//! its validity may act after losing the lock: protect the resource itself where that
-//! matters. Redlock is an efficiency lock with good availability, not a consensus protocol.
+//! without persistence, an eviction). A client that pauses longer than its validity may
+//! act after losing the lock: use fencing tokens where that matters. Redlock is an
+//! efficiency lock with good availability, not a consensus protocol; where correctness
+//! must survive arbitrary pauses and clock faults, use fencing or a consensus system.
+//!
+//! # Testing
+//!
+//! - Feature `testkit`: `testkit::RedisCluster` starts N real `redis-server` processes on
+//!   free loopback ports and kills, freezes or restarts them, to test your code against
+//!   real faults.
+//! - Feature `test-util`: `sim` offers in-memory nodes with simulated clocks and faults, on
+//!   tokio's paused clock, to unit-test your code without Redis.
 //!
 //! [Redlock]: https://redis.io/docs/latest/develop/use/patterns/distributed-locks/
 

@@ -8,12 +8,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The counters only grow; export them as monotonic counters (Prometheus `_total`,
 /// OpenTelemetry `Counter`) and let the metrics system compute rates.
 ///
-/// ```
-/// use quorumlock::LockMetrics;
-///
-/// let before = LockMetrics::default();
-/// let after = LockMetrics { attempts: 10, acquired: 7, contended: 3, ..before };
-/// assert_eq!(after.attempts - before.attempts, 10);
+/// ```no_run
+/// # async fn run(lock: quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+/// let before = lock.metrics();
+/// lock.acquire("report").await?.release().await?;
+/// let after = lock.metrics();
+/// println!(
+///     "{} attempts, {} refused by another holder",
+///     after.attempts - before.attempts,
+///     after.contended - before.contended,
+/// );
+/// # Ok(())
+/// # }
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
