@@ -369,9 +369,7 @@ impl Coordinator {
     ) -> Result<(), LockError> {
         let mut in_flight = self.send(Command::Unlock, keys, token);
         let tally = self.collect(&mut in_flight, Wait::UntilDecided).await;
-        if !in_flight.is_empty() {
-            spawn_detached(in_flight.for_each(|_| async {}));
-        }
+        finish_in_background(in_flight);
         if tally.has_quorum() {
             Counters::bump(&self.counters.released);
             tracing::debug!(resource, "lock released");
@@ -396,9 +394,10 @@ impl Coordinator {
         let started = Instant::now();
         self.check_not_expired(resource, current_deadline, started)?;
         let ttl = self.config.ttl();
-        let tally = self
-            .round(Command::Extend(ttl), keys, token, Wait::UntilDecided)
-            .await;
+        let mut in_flight = self.send(Command::Extend(ttl), keys, token);
+        let tally = self.collect(&mut in_flight, Wait::UntilDecided).await;
+        // Extend on every node, not only the quorum that decided; our own keys only.
+        finish_in_background(in_flight);
         let finished = Instant::now();
         if !tally.has_quorum() {
             let error = self.loss(resource, tally);
@@ -633,6 +632,14 @@ impl Drop for UnlockOnDrop {
         if let Some((coordinator, keys, token)) = self.armed.take() {
             coordinator.unlock_in_background(keys, token);
         }
+    }
+}
+
+/// Lets the requests of a decided round still in flight reach their nodes: a request whose
+/// future was never polled has not been sent yet.
+fn finish_in_background(in_flight: InFlight) {
+    if !in_flight.is_empty() {
+        spawn_detached(in_flight.for_each(|_| async {}));
     }
 }
 

@@ -1,0 +1,109 @@
+//! An in-memory, simulated lock backend for tests (feature `test-util`): no Redis needed.
+//!
+//! [`SimNode`] is a lock node kept in memory. It implements
+//! [`LockNode`](crate::node::LockNode) with the semantics of the Redis commands the locks
+//! send, keeps its TTLs on a clock of its own, and can be made to misbehave: its clock can
+//! run fast or slow or jump, it can crash and restart with or without its data, and it can
+//! delay or lose replies, or apply a request and lose the reply. Its log records every
+//! request with what the node did. [`SimCluster`] builds N of them and the
+//! [`Redlock`](crate::Redlock)s over them.
+//!
+//! Every lock runs on the simulated nodes unchanged: the coordinator only sees
+//! `LockNode`s, and takes its time from tokio's clock. Under a paused runtime
+//! (`#[tokio::test(start_paused = true)]`) that clock is virtual: it jumps straight to the
+//! next timer whenever every task waits, so a test that lets a 30-second TTL run out
+//! finishes in microseconds, and runs the same way every time.
+//!
+//! Enable the feature for tests only:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! quorumlock = { version = "0.1", features = ["test-util"] }
+//! tokio = { version = "1", features = ["macros", "rt", "test-util"] }
+//! ```
+//!
+//! # Testing your own code without Redis
+//!
+//! Write the code against [`DistributedLock`](crate::DistributedLock), then hand it a
+//! [`Redlock`](crate::Redlock) over simulated nodes in the tests. In a test file, the
+//! runtime below is what `#[tokio::test(start_paused = true)]` sets up.
+//!
+//! ```
+//! use std::time::Duration;
+//! use quorumlock::sim::SimCluster;
+//! use quorumlock::{DistributedLock, LockConfig, LockError};
+//!
+//! /// The code under test: runs the nightly job unless another process holds the lock.
+//! async fn run_nightly<L: DistributedLock>(lock: &L, runs: &mut u32) -> Result<bool, LockError> {
+//!     match lock.try_acquire("nightly").await {
+//!         Ok(guard) => {
+//!             *runs += 1;
+//!             guard.release().await?;
+//!             Ok(true)
+//!         }
+//!         Err(LockError::Held { .. }) => Ok(false),
+//!         Err(other) => Err(other),
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = tokio::runtime::Builder::new_current_thread()
+//!     .enable_time()
+//!     .start_paused(true)
+//!     .build()?;
+//! runtime.block_on(async {
+//!     let cluster = SimCluster::new(3);
+//!     let config = LockConfig::builder().ttl(Duration::from_secs(30)).build()?;
+//!     let ours = cluster.redlock_for("ours", config.clone())?;
+//!     let other = cluster.redlock_for("other", config)?;
+//!     let mut runs = 0;
+//!
+//!     // Another process holds the lock: the job is skipped.
+//!     let held = other.try_acquire("nightly").await?;
+//!     assert!(!run_nightly(&ours, &mut runs).await?);
+//!
+//!     // Its holder vanished without releasing: the lock frees itself after the TTL,
+//!     // 30 virtual seconds that take no real time.
+//!     std::mem::forget(held);
+//!     tokio::time::sleep(Duration::from_secs(30)).await;
+//!     assert!(run_nightly(&ours, &mut runs).await?);
+//!
+//!     // One node of three down: still runs. Two down: a clear error naming the nodes.
+//!     cluster.node(0).crash();
+//!     assert!(run_nightly(&ours, &mut runs).await?);
+//!     cluster.node(1).crash();
+//!     let error = run_nightly(&ours, &mut runs).await.unwrap_err();
+//!     assert!(matches!(error, LockError::NoQuorum { .. }), "{error}");
+//!     assert!(error.to_string().contains("sim-1"));
+//!     assert_eq!(runs, 2);
+//!
+//!     // The nodes' logs show what the code sent: here, our last attempt's rollback.
+//!     let last = cluster.node(2).log().pop().unwrap();
+//!     assert_eq!(last.op, quorumlock::sim::Op::Unlock);
+//!     assert_eq!(last.client.as_deref(), Some("ours"));
+//!     Ok::<_, Box<dyn std::error::Error>>(())
+//! })
+//! # }
+//! ```
+//!
+//! # What is simulated, and what is not
+//!
+//! Simulated: key expiry on each node's own clock (rate and jumps), commands atomic over
+//! all the keys of a request, fencing counters (never expiring, lost with the data),
+//! crashes and restarts with or without persistence, flushes and evictions, request and
+//! reply delays (requests
+//! on one node stay in order), lost requests, applied requests with lost replies, and
+//! connection resets of replies in flight across a crash. Not simulated: Redis's
+//! millisecond rounding of TTLs, memory limits, replication, and the client's own clock,
+//! which is tokio's clock for every lock in the runtime.
+//!
+//! The crate's property tests (`tests/properties.rs`, described in
+//! `docs/testing-properties.md`) run the Redlock coordinator on these nodes over thousands
+//! of generated fault schedules and check the safety invariants on the nodes' logs.
+
+mod clock;
+mod cluster;
+mod node;
+
+pub use self::cluster::SimCluster;
+pub use self::node::{Applied, Op, OpRecord, Outcome, Reply, SimNode, Stored};

@@ -1,0 +1,107 @@
+//! Running a property: the case count, the seed, failure persistence, and a failure report
+//! that says how to replay it.
+
+use std::fmt::Debug;
+
+use proptest::strategy::Strategy;
+use proptest::test_runner::{
+    Config, FileFailurePersistence, RngAlgorithm, RngSeed, TestCaseError, TestError, TestRng,
+    TestRunner,
+};
+
+/// The environment variable that sets the number of cases per property.
+pub const CASES_VAR: &str = "QUORUMLOCK_PROPTEST_CASES";
+/// The number of cases per property when [`CASES_VAR`] is not set.
+pub const DEFAULT_CASES: u32 = 2_000;
+/// Proptest's own variable for the random seed of a run.
+pub const SEED_VAR: &str = "PROPTEST_RNG_SEED";
+
+/// The number of cases per property: `$QUORUMLOCK_PROPTEST_CASES`, else 2,000.
+pub fn cases() -> u32 {
+    match std::env::var(CASES_VAR) {
+        Ok(value) => value.trim().parse().unwrap_or_else(|_| {
+            panic!("{CASES_VAR} must be a positive whole number, got {value:?}")
+        }),
+        Err(_) => DEFAULT_CASES,
+    }
+}
+
+/// The seed of this run: `$PROPTEST_RNG_SEED`, else a fresh random one.
+fn seed() -> u64 {
+    match std::env::var(SEED_VAR) {
+        Ok(value) => value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{SEED_VAR} must be a u64, got {value:?}")),
+        Err(_) => rand::random(),
+    }
+}
+
+/// Checks `property` on `cases()` schedules from `strategy`; on failure, panics with the
+/// shrunk minimal input, the reason, the seed and the command that replays it. The failing
+/// case is also saved under `tests/properties/regressions/` and tried first by later runs.
+pub fn check<S>(name: &str, strategy: S, property: impl Fn(S::Value) -> Result<(), String>)
+where
+    S: Strategy,
+    S::Value: Debug + std::fmt::Display,
+{
+    let seed = seed();
+    let cases = cases();
+    let path: &'static str =
+        Box::leak(format!("tests/properties/regressions/{name}.txt").into_boxed_str());
+    let config = Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(path))),
+        rng_seed: RngSeed::Fixed(seed),
+        // Schedules shrink fast; bound the worst case anyway.
+        max_shrink_iters: 20_000,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let outcome = runner.run(&strategy, |value| {
+        property(value).map_err(TestCaseError::fail)
+    });
+    match outcome {
+        Ok(()) => {}
+        Err(TestError::Fail(reason, minimal)) => panic!(
+            "property `{name}` failed: {reason}\n\
+             minimal failing schedule:\n{minimal}\n{minimal:#?}\n\
+             seed: {seed}\n\
+             replay: {SEED_VAR}={seed} {CASES_VAR}={cases} \
+             cargo test --features test-util --test properties -- --exact {name}\n\
+             (the failing case is also saved in {path} and is tried first on the next run)"
+        ),
+        Err(TestError::Abort(reason)) => {
+            panic!("property `{name}` aborted: {reason} (seed {seed})")
+        }
+    }
+}
+
+/// Searches `strategy` with a fixed seed for a value on which `property` fails, up to
+/// `cases` values, and returns the shrunk minimal one with the reason; `None` if none
+/// failed. Used to show that the checker can fail.
+pub fn search<S>(
+    cases: u32,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), String>,
+) -> Option<(String, S::Value)>
+where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 20_000,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    match runner.run(&strategy, |value| {
+        property(value).map_err(TestCaseError::fail)
+    }) {
+        Ok(()) => None,
+        Err(TestError::Fail(reason, minimal)) => Some((reason.to_string(), minimal)),
+        Err(TestError::Abort(reason)) => panic!("search aborted: {reason}"),
+    }
+}
