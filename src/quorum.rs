@@ -335,7 +335,9 @@ impl Coordinator {
             match attempt {
                 Err(error) if error.is_retryable() && retries_left > 0 => {
                     let wait = retry_wait(&self.config, &mut rand::rng());
-                    if deadline.is_some_and(|deadline| Instant::now() + wait >= deadline) {
+                    let wakes = Instant::now().checked_add(wait);
+                    if deadline.is_some_and(|deadline| wakes.is_none_or(|wakes| wakes >= deadline))
+                    {
                         return Err(error);
                     }
                     retries_left -= 1;

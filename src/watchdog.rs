@@ -86,9 +86,11 @@ async fn keep_alive(lease: Arc<Lease>, options: AutoExtend) {
     let started = Instant::now();
     let cap = options.max_hold.and_then(|max| started.checked_add(max));
 
-    let mut next = lease.state().acquired_at + interval;
-    loop {
-        tokio::time::sleep_until(next).await;
+    // Instants are checked like every other time computation; a TTL of at most 30 days
+    // keeps them far from overflow, and on overflow the watchdog simply stops.
+    let mut next = lease.state().acquired_at.checked_add(interval);
+    while let Some(at) = next {
+        tokio::time::sleep_until(at).await;
         let state = lease.state();
         if state.end.is_some() {
             return;
@@ -97,16 +99,16 @@ async fn keep_alive(lease: Arc<Lease>, options: AutoExtend) {
             return; // held long enough: let it expire at its deadline
         }
         match lease.refresh().await {
-            Ok(_) => next = lease.state().acquired_at + interval,
+            Ok(_) => next = lease.state().acquired_at.checked_add(interval),
             Err(LockError::NotHeld { .. } | LockError::Expired { .. }) => return,
             Err(error) => {
                 let now = Instant::now();
                 let deadline = lease.deadline();
-                if deadline.saturating_duration_since(now) <= margin + retry {
+                if deadline.saturating_duration_since(now) <= margin.saturating_add(retry) {
                     lease.end(LeaseEnd::Lost(Box::new(error)));
                     return;
                 }
-                next = now + retry;
+                next = now.checked_add(retry);
             }
         }
     }
