@@ -1,0 +1,304 @@
+//! The command line: subcommands, options and their help.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+use crate::exit;
+use crate::signal::{parse_on_lost, OnLost};
+
+/// Text shown at the end of `quorumlock --help`: environment, examples, exit codes.
+fn after_help() -> String {
+    format!(
+        "Environment:
+  QUORUMLOCK_NODES       default for --nodes (comma-separated redis:// or rediss:// URLs)
+  QUORUMLOCK_KEY_PREFIX  default for --key-prefix
+
+Examples:
+  export QUORUMLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  quorumlock run --resource nightly-report --no-wait -- ./report.sh
+  quorumlock run -r deploy --wait 10m --ttl 1m -- make deploy
+  quorumlock status nightly-report --json
+  quorumlock release nightly-report --token 3f9c0b...
+
+{}
+
+See docs/cli.md for more.",
+        exit::TABLE
+    )
+}
+
+/// Text shown at the end of `quorumlock run --help`.
+const RUN_AFTER_HELP: &str = "\
+The command sees these environment variables:
+  QUORUMLOCK_RESOURCE       the lock name
+  QUORUMLOCK_TOKEN          the lock's token (what `quorumlock release --token` takes)
+  QUORUMLOCK_FENCING_TOKEN  the fencing token, with --fencing: pass it with every write
+                            to the protected resource so it can refuse stale holders
+
+Exit codes:
+  the command's own status when it ran (128+N when killed by signal N)
+  64   usage error           69   no quorum of nodes reachable
+  70   lock lost while the command ran (the command was signalled)
+  75   lock held elsewhere (after --wait)
+  78   configuration error   126/127  command not executable / not found";
+
+/// A distributed `flock` on Redis: run a command while holding a lock that a quorum of
+/// independent Redis nodes agrees on (the Redlock algorithm).
+///
+/// A lock is a name shared by every machine that uses the same nodes. `run` takes it,
+/// keeps it alive while the command runs, and releases it when the command ends; another
+/// `run` of the same name meanwhile waits (--wait) or gives up at once with exit code 75.
+/// With one node the lock lives on that server alone; with N nodes it needs N/2+1 of them.
+#[derive(Debug, Parser)]
+#[command(name = "quorumlock", version, after_help = after_help())]
+pub struct Cli {
+    /// Options shared by every subcommand.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by every subcommand; they may appear before or after its name.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalArgs {
+    /// The Redis nodes: comma-separated URLs, such as
+    /// redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+    ///
+    /// Use 3 or 5 independent masters (not replicas of each other) so the lock survives
+    /// the loss of a minority of them; one URL makes a single-server lock. URLs take the
+    /// form redis://[[user]:password@]host[:port][/db], rediss:// for TLS, or
+    /// redis+unix:///path. Passwords are never printed.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_NODES",
+        hide_env_values = true,
+        value_name = "URL,..."
+    )]
+    pub nodes: Option<String>,
+
+    /// Prepended to the lock name to form the Redis key (none by default, so the key is
+    /// the name itself).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_KEY_PREFIX",
+        hide_env_values = true,
+        value_name = "PREFIX"
+    )]
+    pub key_prefix: Option<String>,
+
+    /// How long one node may take to answer one command [default: 50ms for run, 1s for
+    /// status and release]
+    ///
+    /// A node slower than this counts as failed for that command. For run it may be at most
+    /// a tenth of --ttl.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub node_timeout: Option<Duration>,
+
+    /// Machine-readable output: JSON on stdout for status and release, and JSON lines
+    /// (events and errors) on stderr for every command.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Say what happens on stderr: the token taken, signals sent, the release.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding the lock; release it when the command ends.
+    ///
+    /// The lock is extended in the background while the command runs (every third of
+    /// --ttl), so the command may run far longer than the TTL; if the process running
+    /// quorumlock dies, the lock expires after at most --ttl. If the lock is lost while
+    /// the command runs (the nodes could not confirm an extension in time, or its key
+    /// was deleted), the command gets --on-lost, then SIGKILL after --kill-after, and
+    /// quorumlock exits with code 70. SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to
+    /// quorumlock are passed on to the command (Ctrl-C in a terminal reaches it directly),
+    /// and the lock is released once it exits.
+    /// Standard input, output and error are the command's: quorumlock itself writes only
+    /// to stderr.
+    #[command(after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
+
+    /// Show the lock on each node: the token stored, the time left, and whether a quorum
+    /// of nodes agrees on a holder.
+    ///
+    /// The verdict is "held" (one token on a quorum of nodes), "free" (no node that
+    /// answered has the key, and too few failed for a holder to hide among them), "split"
+    /// (keys on some nodes but no token on a quorum: an acquisition, release or expiry in
+    /// progress, or a node that lost its keys), or "unknown" (too many nodes failed to
+    /// tell; exit code 69).
+    Status(StatusArgs),
+
+    /// Release a lock by its token, on every node (for operators).
+    ///
+    /// Deletes the key on each node only where it still holds this token
+    /// (compare-and-delete), so another owner's lock is never touched. Use it when the
+    /// holder died and the lock should not wait for its TTL. The token is in the holder's
+    /// QUORUMLOCK_TOKEN, its --verbose or --json output, or `quorumlock status`. Exit
+    /// code 0 when it was deleted on a quorum, 1 when the token does not hold the lock on
+    /// a quorum (expired, released, or another owner's), 69 when too many nodes failed to
+    /// tell.
+    Release(ReleaseArgs),
+}
+
+/// `quorumlock run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock's name: every `run` with the same name and nodes excludes the others.
+    #[arg(short, long, value_name = "NAME")]
+    pub resource: String,
+
+    /// How long the lock outlives this process if it dies without releasing it. The lock
+    /// is extended every third of it while the command runs.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Wait up to this long for the lock when it is held elsewhere (or the nodes are
+    /// unreachable), retrying as soon as it is released; then exit 75 (69 if no quorum).
+    /// Without --wait, one attempt is made, as with --no-wait.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+
+    /// Make one attempt, and exit 75 at once if the lock is held elsewhere (the default).
+    #[arg(long)]
+    pub no_wait: bool,
+
+    /// Mint a fencing token (a number larger than that of every earlier holder of this
+    /// lock) and pass it to the command as QUORUMLOCK_FENCING_TOKEN.
+    #[arg(long)]
+    pub fencing: bool,
+
+    /// The signal sent to the command when the lock is lost: a name (TERM, INT, HUP,
+    /// KILL, USR1, ...), a number, or "none" to let it finish (quorumlock still exits 70).
+    #[arg(long, default_value = "TERM", value_name = "SIGNAL", value_parser = parse_on_lost)]
+    pub on_lost: OnLost,
+
+    /// After --on-lost, how long the command has to exit before it gets SIGKILL.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub kill_after: Duration,
+
+    /// Stop extending the lock after this long in total; the lock then expires, and the
+    /// command is treated as having lost it. Guards against a hung command holding the lock
+    /// forever.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_hold: Option<Duration>,
+
+    /// The command to run and its arguments (after --, so its options are not read as
+    /// quorumlock's).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `quorumlock status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The lock's name.
+    #[arg(value_name = "NAME")]
+    pub resource: String,
+}
+
+/// `quorumlock release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The lock's name.
+    #[arg(value_name = "NAME")]
+    pub resource: String,
+
+    /// The holder's token: only a key holding exactly this token is deleted.
+    #[arg(long, value_name = "TOKEN")]
+    pub token: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_double_dash() {
+        let cli = Cli::try_parse_from([
+            "quorumlock",
+            "--nodes",
+            "redis://a:1",
+            "run",
+            "-r",
+            "job",
+            "--wait",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.resource, "job");
+        assert_eq!(run.wait, Some(Duration::from_secs(10)));
+        assert_eq!(run.ttl, Duration::from_secs(30));
+        assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+        assert_eq!(cli.global.nodes.as_deref(), Some("redis://a:1"));
+    }
+
+    #[test]
+    fn global_options_may_follow_the_subcommand() {
+        let cli = Cli::try_parse_from(["quorumlock", "status", "job", "--json", "-v"]).unwrap();
+        assert!(cli.global.json && cli.global.verbose);
+    }
+
+    #[test]
+    fn wait_and_no_wait_conflict() {
+        let err = Cli::try_parse_from([
+            "quorumlock",
+            "run",
+            "-r",
+            "job",
+            "--wait",
+            "1s",
+            "--no-wait",
+            "--",
+            "true",
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn malformed_durations_are_usage_errors_that_explain() {
+        let err =
+            Cli::try_parse_from(["quorumlock", "run", "-r", "j", "--ttl", "30", "--", "true"])
+                .unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(err.to_string().contains("30s"), "{err}");
+    }
+
+    #[test]
+    fn help_lists_the_exit_codes() {
+        let help = Cli::command().render_help().to_string();
+        for code in ["64", "69", "70", "75", "78"] {
+            assert!(help.contains(code), "{code} missing from --help");
+        }
+    }
+}
