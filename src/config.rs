@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, LockError};
+use crate::resource::Resources;
 
 /// The settings a lock runs with: TTL, retries, clock-drift allowance and per-node timeout.
 ///
@@ -170,6 +171,22 @@ impl LockConfig {
     /// across holders; see [`crate::fencing`]. It costs two more rounds per acquisition.
     pub fn fencing(&self) -> bool {
         self.fencing
+    }
+
+    /// The Redis key a lock on `resource` lives under: the name, after the key prefix.
+    /// Fails on a name that cannot be a lock (empty, or longer than
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)).
+    ///
+    /// ```
+    /// # use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().key_prefix("locks:").build()?;
+    /// assert_eq!(config.key_for("order:1")?, "locks:order:1");
+    /// assert!(config.key_for("").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_for(&self, resource: &str) -> Result<String, LockError> {
+        let resources = Resources::new(self, &[resource])?;
+        Ok(resources.keys[0].to_string())
     }
 
     /// The clock-drift allowance subtracted from every validity: `ttl * drift_factor + 2 ms`.

@@ -228,12 +228,15 @@ pub enum LockError {
         ago: Duration,
     },
     /// A blocking acquire reached its deadline while an attempt was still running.
-    #[error("lock {resource:?}: not acquired within {waited:?}")]
+    #[error("lock {resource:?}: not acquired within {waited:?}{}", last.as_ref().map(|last| format!("; the attempt before: {last}")).unwrap_or_default())]
     TimedOut {
         /// The resource.
         resource: String,
         /// How long the acquire ran.
         waited: Duration,
+        /// Why the attempt before the one cut short failed (`None` when the first attempt
+        /// was cut short): tells a lock held elsewhere from unreachable nodes.
+        last: Option<Box<LockError>>,
     },
     /// The lock was lost while work ran under it: it expired, a refresh found it gone, or no
     /// refresh could be confirmed in time. The work was stopped.

@@ -32,8 +32,9 @@ use redis::{RedisResult, Script};
 /// The largest fencing token: Redis scripts compute in doubles, exact up to 2^53.
 pub const MAX_TOKEN: u64 = 1 << 53;
 
-/// The key of the fencing counter of the lock key `key` on each lock node.
-pub(crate) fn counter_key(key: &str) -> String {
+/// The key of the fencing counter of the lock key `key` on each lock node (see
+/// [`LockConfig::key_for`](crate::LockConfig::key_for) for the lock key of a resource).
+pub fn counter_key(key: &str) -> String {
     format!("quorumlock:fence:{key}")
 }
 

@@ -317,6 +317,7 @@ impl Coordinator {
         let started = Instant::now();
         let mut retries_left = self.config.retry_count();
         let mut releases: Option<ReleaseWatches> = None;
+        let mut last_error: Option<LockError> = None;
         loop {
             if let Some(releases) = &mut releases {
                 releases.mark_seen();
@@ -329,6 +330,7 @@ impl Coordinator {
                         Err(LockError::TimedOut {
                             resource: resources.join(" + "),
                             waited: started.elapsed(),
+                            last: last_error.take().map(Box::new),
                         })
                     }),
             };
@@ -355,6 +357,7 @@ impl Coordinator {
                         Some(releases) if held => releases.wait(wait).await,
                         _ => tokio::time::sleep(wait).await,
                     }
+                    last_error = Some(error);
                 }
                 result => return result,
             }

@@ -145,6 +145,10 @@ impl CliError {
                 "another process holds it: pass --wait DURATION to wait for it, \
                  or see who holds it with `quorumlock status NAME`",
             ),
+            LockError::TimedOut { last: None, .. } => Some(
+                "no attempt finished within --wait: check that the nodes are reachable, \
+                 or raise --wait",
+            ),
             LockError::TimedOut { .. } => {
                 Some("another process held it the whole time: raise --wait to wait longer")
             }
@@ -192,7 +196,10 @@ impl fmt::Display for CliError {
 /// Which exit code a lock error leads to.
 pub fn classify(error: &LockError) -> Kind {
     match error {
-        LockError::Held { .. } | LockError::TimedOut { .. } => Kind::Held,
+        LockError::Held { .. } => Kind::Held,
+        // The wait ended mid-attempt: the attempt before says whether the lock was held or
+        // the nodes unreachable; with none, not even one attempt finished in time.
+        LockError::TimedOut { last, .. } => last.as_deref().map_or(Kind::Unavailable, classify),
         LockError::NoQuorum { .. }
         | LockError::ValidityExhausted { .. }
         | LockError::FencingExhausted { .. } => Kind::Unavailable,
@@ -258,8 +265,20 @@ mod tests {
                 LockError::TimedOut {
                     resource: resource(),
                     waited: Duration::from_secs(1),
+                    last: Some(Box::new(LockError::Held {
+                        resource: resource(),
+                        tally: tally(),
+                    })),
                 },
                 75,
+            ),
+            (
+                LockError::TimedOut {
+                    resource: resource(),
+                    waited: Duration::from_secs(1),
+                    last: None,
+                },
+                69,
             ),
             (
                 LockError::NoQuorum {

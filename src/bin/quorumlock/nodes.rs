@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use quorumlock::node::redact_url;
-use quorumlock::{LockConfig, LockError, LockGuard, RedisLock, Redlock, MAX_RESOURCE_LEN};
+use quorumlock::{LockConfig, LockError, LockGuard, RedisLock, Redlock};
 
 use crate::args::GlobalArgs;
 use crate::exit::{CliError, Kind};
@@ -34,26 +34,20 @@ pub fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
-/// Checks a lock name the way the library does, for the commands that talk to the nodes
-/// directly.
-pub fn check_resource(resource: &str) -> Result<(), CliError> {
-    let reason = if resource.is_empty() {
-        "the name is empty"
-    } else if resource.len() > MAX_RESOURCE_LEN {
-        "the name is longer than 1024 bytes"
-    } else {
-        return Ok(());
-    };
-    Err(CliError::from_lock(&LockError::InvalidResource {
-        resource: resource.chars().take(64).collect(),
-        reason,
-    }))
-}
-
-/// The Redis key of `resource`: the name itself, or the key prefix followed by it (the
-/// same rule as [`LockConfig::key_prefix`]).
-pub fn redis_key(prefix: Option<&str>, resource: &str) -> String {
-    format!("{}{resource}", prefix.unwrap_or(""))
+/// The Redis key of `resource` under the key prefix, by the library's own rule
+/// ([`LockConfig::key_for`]), for the commands that talk to the nodes directly. Fails on a
+/// name that cannot be a lock.
+pub fn lock_key(global: &GlobalArgs, resource: &str) -> Result<String, CliError> {
+    let mut config = LockConfig::builder();
+    if let Some(prefix) = &global.key_prefix {
+        config = config.key_prefix(prefix.clone());
+    }
+    let config = config
+        .build()
+        .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
+    config
+        .key_for(resource)
+        .map_err(|error| CliError::from_lock(&error))
 }
 
 /// Checks every URL up front, so that a malformed one is a configuration error (exit 78)
@@ -164,8 +158,10 @@ mod tests {
 
     #[test]
     fn keys_follow_the_prefix_rule() {
-        assert_eq!(redis_key(None, "job"), "job");
-        assert_eq!(redis_key(Some("locks:"), "job"), "locks:job");
+        let mut args = global(None);
+        assert_eq!(lock_key(&args, "job").unwrap(), "job");
+        args.key_prefix = Some("locks:".to_owned());
+        assert_eq!(lock_key(&args, "job").unwrap(), "locks:job");
         assert_eq!(quorum(1), 1);
         assert_eq!(quorum(3), 2);
         assert_eq!(quorum(4), 3);
@@ -174,8 +170,9 @@ mod tests {
 
     #[test]
     fn names_are_checked() {
-        assert_eq!(check_resource("").unwrap_err().code(), 64);
-        assert_eq!(check_resource(&"x".repeat(1025)).unwrap_err().code(), 64);
-        assert!(check_resource("job").is_ok());
+        let args = global(None);
+        assert_eq!(lock_key(&args, "").unwrap_err().code(), 64);
+        assert_eq!(lock_key(&args, &"x".repeat(1025)).unwrap_err().code(), 64);
+        assert!(lock_key(&args, "job").is_ok());
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::args::{GlobalArgs, ReleaseArgs};
 use crate::duration::format_duration;
 use crate::exit::{CliError, Kind};
-use crate::nodes::{check_resource, check_urls, node_urls, operator_timeout, quorum, redis_key};
+use crate::nodes::{check_urls, lock_key, node_urls, operator_timeout, quorum};
 use crate::output::Output;
 
 /// What one node did with the delete.
@@ -40,7 +40,7 @@ pub enum Decision {
 
 /// Deletes the lock where it holds the token; exit code 0 when a quorum deleted it.
 pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Result<u8, CliError> {
-    check_resource(&args.resource)?;
+    let key = lock_key(global, &args.resource)?;
     if args.token.is_empty() {
         return Err(CliError::new(Kind::Usage, "the token is empty").hint(
             "pass the holder's token with --token: see `quorumlock status NAME`, or the \
@@ -49,7 +49,6 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
     }
     let urls = node_urls(global)?;
     check_urls(&urls)?;
-    let key = redis_key(global.key_prefix.as_deref(), &args.resource);
     let token = LockToken::from_string(args.token.clone());
     let budget = operator_timeout(global);
     let outcomes = join_all(urls.iter().map(|url| unlock(url, &key, &token, budget))).await;

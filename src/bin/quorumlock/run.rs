@@ -44,13 +44,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     }
     let acquisition = async {
         match args.wait {
-            Some(wait) => match lock.acquire_timeout(resource, wait).await {
-                // An attempt was still running when the wait ended, so the error does not
-                // say whether the lock was held or the nodes unreachable: one last attempt
-                // tells (and takes the lock if it is free by now).
-                Err(LockError::TimedOut { .. }) => lock.try_acquire(resource).await,
-                result => result,
-            },
+            Some(wait) => lock.acquire_timeout(resource, wait).await,
             None => lock.try_acquire(resource).await,
         }
     };

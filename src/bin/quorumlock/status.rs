@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::args::{GlobalArgs, StatusArgs};
 use crate::duration::{format_duration, millis};
 use crate::exit::{CliError, Kind, UNAVAILABLE};
-use crate::nodes::{check_resource, check_urls, node_urls, operator_timeout, quorum, redis_key};
+use crate::nodes::{check_urls, lock_key, node_urls, operator_timeout, quorum};
 use crate::output::Output;
 
 /// What one node says about the key.
@@ -63,10 +63,9 @@ impl Verdict {
 /// Reads the lock on every node and reports; exit code 0, or 69 when the nodes that
 /// answered cannot tell.
 pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Result<u8, CliError> {
-    check_resource(&args.resource)?;
+    let key = lock_key(global, &args.resource)?;
     let urls = node_urls(global)?;
     let clients = check_urls(&urls)?;
-    let key = redis_key(global.key_prefix.as_deref(), &args.resource);
     let budget = operator_timeout(global);
     let views = join_all(
         clients
