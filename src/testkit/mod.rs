@@ -30,7 +30,18 @@
 //! `PATH`, else `/usr/bin/redis-server` or `/usr/local/bin/redis-server`.
 //! Freezing needs Unix signals.
 //!
-//! With the `testcontainers` feature, [`containers`] offers the same kind of
+//! Network faults come from [`FaultProxy`], an in-process TCP proxy on
+//! `127.0.0.1` that can, at any moment and for open connections too, add
+//! latency (fixed or jittered, per direction), blackhole traffic (accept and
+//! read, never answer), refuse new connections, reset or close open ones,
+//! reset the connection that carries a given command (before the node runs
+//! it, or after, losing the reply), and heal. [`ProxiedCluster`] puts one
+//! proxy in front of each node of a [`RedisCluster`], so a test combines
+//! network faults (through the proxies) with process faults (through the
+//! nodes). `docs/chaos.md` describes the chaos and no-oversell suites built
+//! on them.
+//!
+//! With the `testcontainers` feature, the `containers` module offers the same kind of
 //! cluster backed by `redis:7-alpine` containers, for machines without a local
 //! `redis-server` but with Docker.
 //!
@@ -67,9 +78,11 @@
 mod cluster;
 #[cfg(feature = "testcontainers")]
 pub mod containers;
+mod proxy;
 
 pub use cluster::{
     NodeOptions, NodeState, Persistence, RedisCluster, RedisProcess, TestkitError, REDIS_SERVER_ENV,
 };
 #[cfg(feature = "testcontainers")]
 pub use containers::{start_containers, start_containers_with, ContainerCluster, RedisContainer};
+pub use proxy::{Direction, FaultProxy, ProxiedCluster, ResetWhen, Tap};
