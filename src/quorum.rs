@@ -143,7 +143,16 @@ impl Coordinator {
         let started = Instant::now();
         let ttl = self.config.ttl();
         let mut in_flight = self.send(Command::Lock(ttl), &keys, &token);
-        let tally = self.collect(&mut in_flight, Wait::UntilDecided).await;
+        let mut tally = self.empty_tally();
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided)
+            .await;
+        if !tally.has_quorum() {
+            // Hear every node out before unlocking: the error then names every failed node
+            // and tells contention from an outage, and each node's SET has been answered
+            // (or has timed out) before its unlock is sent, so the unlock cannot overtake it.
+            self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode)
+                .await;
+        }
         let error = match self.confirm(resource, &keys, tally, started).await {
             Ok((deadline, fencing_token)) => {
                 cleanup.disarm();
@@ -373,7 +382,9 @@ impl Coordinator {
         token: &LockToken,
     ) -> Result<(), LockError> {
         let mut in_flight = self.send(Command::Unlock, keys, token);
-        let tally = self.collect(&mut in_flight, Wait::UntilDecided).await;
+        let mut tally = self.empty_tally();
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided)
+            .await;
         finish_in_background(in_flight);
         if tally.has_quorum() {
             Counters::bump(&self.counters.released);
@@ -400,7 +411,9 @@ impl Coordinator {
         self.check_not_expired(resource, current_deadline, started)?;
         let ttl = self.config.ttl();
         let mut in_flight = self.send(Command::Extend(ttl), keys, token);
-        let tally = self.collect(&mut in_flight, Wait::UntilDecided).await;
+        let mut tally = self.empty_tally();
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided)
+            .await;
         // Extend on every node, not only the quorum that decided; our own keys only.
         finish_in_background(in_flight);
         let finished = Instant::now();
@@ -487,21 +500,30 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Why an acquisition round failed: contention when a quorum answered, else no quorum.
+    /// How many nodes saying the same thing make a quorum impossible for the opposite:
+    /// `N - quorum + 1`.
+    fn blocking(&self) -> usize {
+        self.nodes.len() - self.quorum + 1
+    }
+
+    /// Why an acquisition round failed, from every node's answer: no quorum when the failed
+    /// nodes alone rule one out (no release could help), else another holder's keys stand
+    /// in the way, and waiting for their release may succeed.
     fn refusal(&self, resource: &str, tally: Tally) -> LockError {
         let resource = resource.to_owned();
-        if tally.answered() >= self.quorum {
-            LockError::Held { resource, tally }
-        } else {
+        if tally.failures.len() >= self.blocking() {
             LockError::NoQuorum { resource, tally }
+        } else {
+            LockError::Held { resource, tally }
         }
     }
 
-    /// Why a round on a held lock failed: the lock is gone when a quorum answered, else
-    /// too few nodes answered to tell.
+    /// Why a round on a held lock failed: the lock is gone only when enough nodes said so
+    /// that no quorum can still hold it; otherwise too few answered to tell, which is not
+    /// proof of loss (slow nodes may still hold it).
     fn loss(&self, resource: &str, tally: Tally) -> LockError {
         let resource = resource.to_owned();
-        if tally.answered() >= self.quorum {
+        if tally.refused.len() >= self.blocking() {
             LockError::NotHeld { resource, tally }
         } else {
             LockError::NoQuorum { resource, tally }
@@ -510,7 +532,9 @@ impl Coordinator {
 
     async fn round(&self, command: Command, keys: &Keys, token: &LockToken, wait: Wait) -> Tally {
         let mut in_flight = self.send(command, keys, token);
-        self.collect(&mut in_flight, wait).await
+        let mut tally = self.empty_tally();
+        self.collect(&mut tally, &mut in_flight, wait).await;
+        tally
     }
 
     /// Sends `command` to every node at once; see [`fan_out`](Self::fan_out).
@@ -579,8 +603,7 @@ impl Coordinator {
     }
 
     /// Counts replies as they arrive.
-    async fn collect(&self, in_flight: &mut InFlight, wait: Wait) -> Tally {
-        let mut tally = self.empty_tally();
+    async fn collect(&self, tally: &mut Tally, in_flight: &mut InFlight, wait: Wait) {
         while let Some((index, reply, latency)) = in_flight.next().await {
             let node = &self.nodes[index];
             tracing::trace!(
@@ -592,7 +615,7 @@ impl Coordinator {
             match reply {
                 Ok(true) => tally.granted += 1,
                 Ok(false) => tally.refused.push(node.name().to_owned()),
-                Err(error) => self.record_failure(&mut tally, index, error),
+                Err(error) => self.record_failure(tally, index, error),
             }
             let decided =
                 tally.granted >= self.quorum || tally.granted + in_flight.len() < self.quorum;
@@ -600,7 +623,6 @@ impl Coordinator {
                 break;
             }
         }
-        tally
     }
 }
 

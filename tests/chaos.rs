@@ -1413,8 +1413,7 @@ async fn the_single_node_lock_names_its_node_and_the_fault() {
 /// instead of `Held` whenever the down nodes fail faster than the healthy ones answer: the
 /// round stops as soon as success is impossible and classifies by who answered so far.
 #[tokio::test]
-#[ignore = "known issue: contention reported as NoQuorum when failures answer first"]
-async fn known_issue_contention_with_two_nodes_down_is_reported_as_held() {
+async fn contention_with_two_nodes_down_is_reported_as_held() {
     let ttl = Duration::from_secs(5);
     let cluster = proxied(5).await;
     let holder = redlock_via(&cluster, chaos_config(ttl)).await;
@@ -1442,8 +1441,7 @@ async fn known_issue_contention_with_two_nodes_down_is_reported_as_held() {
 /// a node still in flight (here a blackholed one) is left out of the error, so an operator
 /// reading it does not learn that node is broken too.
 #[tokio::test]
-#[ignore = "known issue: nodes still in flight when a round is decided are not named"]
-async fn known_issue_a_no_quorum_error_names_every_failing_node() {
+async fn a_no_quorum_error_names_every_failing_node() {
     let ttl = Duration::from_secs(2);
     let mut cluster = proxied(5).await;
     let lock = redlock_via(&cluster, chaos_config(ttl)).await;
@@ -1466,8 +1464,7 @@ async fn known_issue_a_no_quorum_error_names_every_failing_node() {
 /// makes a release that could not confirm one delete report `NotHeld` ("the critical
 /// section may have overlapped"), and `is_acquired` answer `false` instead of "cannot tell".
 #[tokio::test]
-#[ignore = "known issue: NotHeld when a quorum answered, though only a minority refused"]
-async fn known_issue_slow_nodes_do_not_make_a_held_lock_look_lost() {
+async fn slow_nodes_do_not_make_a_held_lock_look_lost() {
     let ttl = Duration::from_secs(2);
     let cluster = proxied(5).await;
     let lock = redlock_via(&cluster, chaos_config(ttl)).await;
