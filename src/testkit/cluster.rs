@@ -486,7 +486,9 @@ pub(crate) async fn scan_keys(
     }
 }
 
-/// One readiness probe: `INFO server` answered, and (when `expected_pid` is
+/// One readiness probe: `INFO` answered, the node has finished loading its
+/// data (a node restarted with an append-only file answers `INFO` while it
+/// still refuses other commands with `LOADING`), and (when `expected_pid` is
 /// given) by that very process rather than by some other server that happens
 /// to hold the port.
 async fn probe(url: &str, expected_pid: Option<u32>) -> bool {
@@ -494,12 +496,16 @@ async fn probe(url: &str, expected_pid: Option<u32>) -> bool {
         let mut con = connect(url, PROBE_TIMEOUT).await?;
         redis::cmd("INFO")
             .arg("server")
+            .arg("persistence")
             .query_async::<String>(&mut con)
             .await
     };
     let Ok(Ok(info)) = tokio::time::timeout(PROBE_TIMEOUT, exchange).await else {
         return false;
     };
+    if info.lines().any(|line| line.trim() == "loading:1") {
+        return false;
+    }
     match expected_pid {
         None => true,
         Some(pid) => info
