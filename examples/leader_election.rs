@@ -1,0 +1,306 @@
+//! Leader election: three candidates, one singleton worker, and a leader that steps down as
+//! soon as it can no longer trust its lock.
+//!
+//! Each candidate (a task with its own `Redlock` client) campaigns for the lock `leader`.
+//! The winner keeps it alive with a watchdog (`auto_extend`) and does the leader's work
+//! while watching `guard.lost()`. Then:
+//!
+//! 1. a majority of the lock nodes freezes (SIGSTOP) for longer than the TTL: the leader's
+//!    extensions go unanswered, its lost signal fires before the lock expires, and it stops
+//!    working at once; nobody can be elected while the majority is frozen; after the thaw
+//!    another candidate takes over;
+//! 2. the new leader is asked to resign (a deploy, say): it releases the lock, and a waiting
+//!    candidate takes over within milliseconds;
+//! 3. everyone shuts down.
+//!
+//! Checked at the end: the leaders' terms (from winning the lock to stopping the work)
+//! never overlapped, and the first leader stepped down because it lost the lock. The example
+//! exits non-zero otherwise.
+//!
+//! ```text
+//! cargo run --example leader_election      # starts 5 local Redis nodes
+//! QUORUMLOCK_NODES=redis://h1:6379,redis://h2:6379,redis://h3:6379 cargo run --example leader_election
+//! ```
+//!
+//! With `QUORUMLOCK_NODES` set, the majority is paused with `CLIENT PAUSE` instead of SIGSTOP.
+
+use std::error::Error;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quorumlock::testkit::RedisCluster;
+use quorumlock::{AutoExtend, LeaseEnd, LockConfig, LockError, LockGuard, Redlock};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+type Result<T = (), E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
+
+/// Prints one line of the timeline, stamped with the time since the start.
+macro_rules! event {
+    ($shared:expr, $($arg:tt)*) => {
+        println!("{:5.2}s  {}", $shared.start.elapsed().as_secs_f64(), format_args!($($arg)*))
+    };
+}
+
+const LEADER: &str = "service:billing:leader";
+const CANDIDATES: usize = 3;
+const TTL: Duration = Duration::from_secs(1);
+/// How long a majority of the nodes stays frozen: longer than the TTL.
+const FREEZE: Duration = Duration::from_millis(1500);
+/// A leader that lost its lock waits this long before campaigning again: whatever cut it
+/// off from the nodes may not be over.
+const COOL_DOWN: Duration = Duration::from_millis(1500);
+
+/// One leader's term, from winning the lock to stopping the work.
+#[derive(Debug, Clone)]
+struct Term {
+    leader: usize,
+    start: Instant,
+    end: Instant,
+    /// Why it ended, in short.
+    why: &'static str,
+    /// Whether the lost signal ended it (rather than a resignation or the shutdown).
+    lost: bool,
+    batches: u64,
+}
+
+/// What the candidates share: the clock's origin, the terms so far, and the orders from main.
+struct Shared {
+    start: Instant,
+    terms: Mutex<Vec<Term>>,
+    resign: Notify,
+    shutdown: watch::Receiver<bool>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("\nFAILED: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result {
+    // QUORUMLOCK_NODES=redis://host1:6379,... or a local test cluster, as in the other examples.
+    let (urls, mut cluster) = match std::env::var("QUORUMLOCK_NODES") {
+        Ok(nodes) => {
+            let urls = nodes.split(',').map(str::trim).filter(|u| !u.is_empty());
+            (urls.map(str::to_owned).collect::<Vec<_>>(), None)
+        }
+        Err(_) => {
+            let cluster = RedisCluster::start(5).await?;
+            (cluster.urls(), Some(cluster)) // the nodes stop when `cluster` is dropped
+        }
+    };
+    let config = LockConfig::builder().ttl(TTL).build()?;
+    println!(
+        "{CANDIDATES} candidates campaign for {LEADER:?} on {} nodes; TTL {TTL:?}, extended \
+         every third of it",
+        urls.len()
+    );
+
+    let (stop, shutdown) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        start: Instant::now(),
+        terms: Mutex::new(Vec::new()),
+        resign: Notify::new(),
+        shutdown,
+    });
+    let mut candidates = Vec::new();
+    for id in 1..=CANDIDATES {
+        // Each candidate is its own process in real life: its own client and connections.
+        let lock = Redlock::connect(&urls, config.clone()).await?;
+        candidates.push(tokio::spawn(candidate(id, lock, Arc::clone(&shared))));
+    }
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let majority = urls.len() / 2 + 1;
+    match cluster.as_mut() {
+        Some(cluster) => {
+            for i in 0..majority {
+                cluster.node_mut(i).freeze().await?;
+            }
+            event!(
+                shared,
+                "-- froze nodes 1-{majority} (SIGSTOP) for {FREEZE:?}"
+            );
+            tokio::time::sleep(FREEZE).await;
+            for i in 0..majority {
+                cluster.node_mut(i).thaw().await?;
+            }
+            event!(shared, "-- thawed nodes 1-{majority}");
+        }
+        None => {
+            for url in &urls[..majority] {
+                let mut node = redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                let pause = u64::try_from(FREEZE.as_millis())?;
+                let () = redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(pause)
+                    .arg("ALL")
+                    .query_async(&mut node)
+                    .await?;
+            }
+            event!(
+                shared,
+                "-- paused {majority} nodes (CLIENT PAUSE) for {FREEZE:?}"
+            );
+            tokio::time::sleep(FREEZE).await;
+        }
+    }
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    event!(shared, "-- asking the leader to resign");
+    shared.resign.notify_waiters();
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    event!(shared, "-- shutting down");
+    stop.send(true)?;
+    for candidate in candidates {
+        candidate.await??;
+    }
+
+    let terms = shared.terms.lock().unwrap().clone();
+    check(&terms, shared.start)
+}
+
+/// A candidate: campaign, lead until the lock is lost (or told to resign or stop), repeat.
+async fn candidate(id: usize, lock: Redlock, shared: Arc<Shared>) -> Result {
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        let mut guard = tokio::select! {
+            guard = campaign(&lock) => guard?,
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+        };
+        let start = Instant::now();
+        event!(shared, "candidate-{id} won the lock: it is the leader");
+        guard.auto_extend(AutoExtend::default());
+        let lost = guard.lost();
+
+        let mut batches = 0;
+        // The leader's work runs only inside this `select!`: when any other branch wins,
+        // the work future is dropped, so no batch starts after that instant.
+        let (why, lost_how) = tokio::select! {
+            () = lead(&mut batches) => unreachable!("the leader's work never ends by itself"),
+            end = lost.wait() => ("lost its lock", Some(stepped_down(&guard, &end))),
+            () = shared.resign.notified() => ("resigned", None),
+            _ = shutdown.wait_for(|stop| *stop) => ("shut down", None),
+        };
+        let end = Instant::now();
+        let was_lost = lost_how.is_some();
+        let detail = lost_how.unwrap_or_else(|| why.to_owned());
+        event!(shared, "candidate-{id} stopped leading: {detail}");
+        shared.terms.lock().unwrap().push(Term {
+            leader: id,
+            start,
+            end,
+            why,
+            lost: was_lost,
+            batches,
+        });
+
+        if was_lost {
+            drop(guard); // nothing to release any more; dropping stops the watchdog
+        } else {
+            match guard.release().await {
+                Ok(()) => event!(shared, "candidate-{id} released the lock"),
+                // Nodes down or slow: the lock then expires with its TTL, and the next
+                // leader takes over a little later.
+                Err(err) => event!(shared, "candidate-{id}: release not confirmed: {err}"),
+            }
+        }
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        tokio::time::sleep(COOL_DOWN).await;
+    }
+}
+
+/// Acquires the leader lock, however long it takes. While another candidate leads, each
+/// `acquire` ends in `Held` after its retries; while the nodes are unreachable, in
+/// `NoQuorum`.
+async fn campaign(lock: &Redlock) -> Result<LockGuard, LockError> {
+    loop {
+        match lock.acquire(LEADER).await {
+            Err(err) if err.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            outcome => return outcome,
+        }
+    }
+}
+
+/// The singleton work: one batch every 100 ms.
+async fn lead(batches: &mut u64) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        *batches += 1;
+    }
+}
+
+/// Why the lease ended, and how long before the lock's deadline the leader stopped.
+fn stepped_down(guard: &LockGuard, end: &LeaseEnd) -> String {
+    let why = match end {
+        LeaseEnd::Lost(err) if matches!(**err, LockError::NoQuorum { .. }) => {
+            "lost the lock (no quorum answered its extensions)".to_owned()
+        }
+        LeaseEnd::Lost(_) => "lost the lock (the nodes no longer hold it)".to_owned(),
+        other => format!("lost the lock ({other})"),
+    };
+    format!(
+        "{why}, {:.0?} before it would have expired",
+        guard.validity()
+    )
+}
+
+/// Prints the terms and checks that no two overlapped.
+fn check(terms: &[Term], origin: Instant) -> Result {
+    let mut terms = terms.to_vec();
+    terms.sort_by_key(|term| term.start);
+    println!("\nterm  leader       from    to      batches  ended");
+    for (n, term) in terms.iter().enumerate() {
+        println!(
+            "{:>4}  candidate-{}  {:>5.2}s  {:>5.2}s  {:>7}  {}",
+            n + 1,
+            term.leader,
+            (term.start - origin).as_secs_f64(),
+            (term.end - origin).as_secs_f64(),
+            term.batches,
+            term.why
+        );
+    }
+    let mut failures = Vec::new();
+    for (n, pair) in terms.windows(2).enumerate() {
+        let (before, after) = (&pair[0], &pair[1]);
+        if after.start < before.end {
+            failures.push(format!(
+                "candidate-{} became leader {:.0?} before candidate-{} stepped down",
+                after.leader,
+                before.end - after.start,
+                before.leader
+            ));
+        } else {
+            println!(
+                "no leader between terms {} and {}: {:.1?}",
+                n + 1,
+                n + 2,
+                after.start - before.end
+            );
+        }
+    }
+    if terms.len() < 3 {
+        failures.push(format!("expected 3 terms, got {}", terms.len()));
+    }
+    if !terms.first().is_some_and(|term| term.lost) {
+        failures.push("the first leader did not step down on losing its lock".to_owned());
+    }
+    if !failures.is_empty() {
+        return Err(failures.join("; ").into());
+    }
+    println!("OK: {} terms, never two leaders at once", terms.len());
+    Ok(())
+}
