@@ -177,7 +177,8 @@ impl fmt::Display for Tally {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// A quorum of nodes answered, but the lock is held by another owner.
+    /// Another owner's keys stand in the way: the nodes that failed, if any, would not have
+    /// ruled out a quorum on their own, so waiting for the holder's release may succeed.
     #[error("lock {resource:?} is held by another owner ({tally})")]
     Held {
         /// The resource.
@@ -185,7 +186,9 @@ pub enum LockError {
         /// How the nodes answered.
         tally: Tally,
     },
-    /// Too few nodes answered to reach a quorum: the nodes are down, slow or unreachable.
+    /// Too few nodes answered: on acquisition, the failed nodes alone rule out a quorum; on
+    /// release, refresh or a check, too few confirmed either way. The nodes are down, slow
+    /// or unreachable.
     #[error("lock {resource:?}: no quorum ({tally})")]
     NoQuorum {
         /// The resource.
@@ -207,8 +210,9 @@ pub enum LockError {
         /// The TTL asked for.
         ttl: Duration,
     },
-    /// The lock is no longer held with this guard's token on a quorum: it expired, was
-    /// released, or was taken over. Nothing was deleted or extended on the other owner's behalf.
+    /// The lock is no longer held with this guard's token: enough nodes said so
+    /// (`N - quorum + 1`) that no quorum can still hold it. It expired, was released, or was
+    /// taken over. Nothing was deleted or extended on the other owner's behalf.
     #[error(
         "lock {resource:?} is not held by this owner any more (expired or taken over; {tally})"
     )]
