@@ -21,16 +21,15 @@
 //!
 //! With `QUORUMLOCK_NODES` set, no node is killed, and every tick must run exactly once.
 
-use std::error::Error;
+mod common;
+
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::testkit::RedisCluster;
+use common::{Nodes, Result};
 use quorumlock::{AutoExtend, LockConfig, LockError, LockGuard, Redlock};
 use tokio::time::Instant;
-
-type Result<T = (), E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
 
 const HOSTS: usize = 4;
 const TICKS: u32 = 8;
@@ -66,27 +65,12 @@ enum Attempt {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("\nFAILED: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code(run().await)
 }
 
 async fn run() -> Result {
-    // QUORUMLOCK_NODES=redis://host1:6379,... or a local test cluster, as in the other examples.
-    let (urls, mut cluster) = match std::env::var("QUORUMLOCK_NODES") {
-        Ok(nodes) => {
-            let urls = nodes.split(',').map(str::trim).filter(|u| !u.is_empty());
-            (urls.map(str::to_owned).collect::<Vec<_>>(), None)
-        }
-        Err(_) => {
-            let cluster = RedisCluster::start(5).await?;
-            (cluster.urls(), Some(cluster)) // the nodes stop when `cluster` is dropped
-        }
-    };
+    // QUORUMLOCK_NODES=redis://host1:6379,... or 5 local nodes (stopped when `cluster` drops).
+    let Nodes { urls, mut cluster } = common::lock_nodes(5).await?;
     let config = LockConfig::builder()
         .ttl(TTL)
         // Dropping the guard after the job leaves the key until its TTL (see `TTL`).

@@ -21,19 +21,18 @@
 //!
 //! With `QUORUMLOCK_NODES` set, the report is kept on the first node (under its own key).
 
-use std::error::Error;
+mod common;
+
 use std::process::ExitCode;
 use std::time::Duration;
 
+use common::Result;
 use quorumlock::fencing::fenced_set;
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, Redlock};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-
-type Result<T = (), E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
 
 /// Prints one line of the timeline, stamped with the time since `start`.
 macro_rules! say {
@@ -50,46 +49,21 @@ const TTL: Duration = Duration::from_secs(1);
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("\nFAILED: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code(run().await)
 }
 
 async fn run() -> Result {
-    // QUORUMLOCK_NODES=redis://host1:6379,... or a local test cluster, as in the other examples.
-    let (urls, store_url, _nodes) = match std::env::var("QUORUMLOCK_NODES") {
-        Ok(nodes) => {
-            let urls: Vec<String> = nodes
-                .split(',')
-                .map(str::trim)
-                .filter(|url| !url.is_empty())
-                .map(str::to_owned)
-                .collect();
-            let store_url = urls.first().cloned().ok_or("QUORUMLOCK_NODES is empty")?;
-            (urls, store_url, None)
-        }
-        Err(_) => {
-            // The report lives on its own server; every node stops when dropped.
-            let (cluster, store) =
-                tokio::try_join!(RedisCluster::start(5), RedisCluster::start(1))?;
-            let store_url = store.node(0).url();
-            (cluster.urls(), store_url, Some((cluster, store)))
-        }
-    };
+    // QUORUMLOCK_NODES=redis://host1:6379,... or 5 local nodes; the report lives on a
+    // server of its own (the first node with QUORUMLOCK_NODES). All stop when dropped.
+    let (nodes, store_server) = common::lock_nodes_and_store(5).await?;
     let config = LockConfig::builder().ttl(TTL).fencing(true).build()?;
-    let store = redis::Client::open(store_url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let store = common::connect(&store_server.url).await?;
     // Two separate clients, as two processes would have.
-    let a = Redlock::connect(&urls, config.clone()).await?;
-    let b = Redlock::connect(&urls, config).await?;
+    let a = Redlock::connect(&nodes.urls, config.clone()).await?;
+    let b = Redlock::connect(&nodes.urls, config).await?;
     println!(
         "lock {LOCK:?} with fencing tokens, TTL {TTL:?}, on {} nodes",
-        urls.len()
+        nodes.urls.len()
     );
 
     let start = Instant::now();

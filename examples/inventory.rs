@@ -18,16 +18,16 @@
 //! With `QUORUMLOCK_NODES` set, the stock is kept on the first node (under its own key) and
 //! no node is killed.
 
-use std::error::Error;
+mod common;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use common::{Nodes, Result};
 use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, LockGuard, Redlock};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
-
-type Result<T = (), E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
 
 /// The lock's resource, and the key of the protected data on the stock server.
 const LOCK: &str = "stock:sku-1";
@@ -43,42 +43,16 @@ const WRITE_MARGIN: Duration = Duration::from_millis(500);
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("\nFAILED: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code(run().await)
 }
 
 async fn run() -> Result {
-    // QUORUMLOCK_NODES=redis://host1:6379,... or a local test cluster, as in the other examples.
-    let (urls, store_url, mut cluster, _store) = match std::env::var("QUORUMLOCK_NODES") {
-        Ok(nodes) => {
-            let urls: Vec<String> = nodes
-                .split(',')
-                .map(str::trim)
-                .filter(|url| !url.is_empty())
-                .map(str::to_owned)
-                .collect();
-            let store_url = urls.first().cloned().ok_or("QUORUMLOCK_NODES is empty")?;
-            (urls, store_url, None, None)
-        }
-        Err(_) => {
-            // The stock lives on its own server, as a database would: the lock nodes only
-            // hold locks. Every node stops when its cluster is dropped.
-            let (cluster, store) =
-                tokio::try_join!(RedisCluster::start(5), RedisCluster::start(1))?;
-            let store_url = store.node(0).url();
-            (cluster.urls(), store_url, Some(cluster), Some(store))
-        }
-    };
+    // QUORUMLOCK_NODES=redis://host1:6379,... or 5 local nodes; the stock lives on a server
+    // of its own (the first node with QUORUMLOCK_NODES). All stop when dropped.
+    let (Nodes { urls, mut cluster }, store_server) = common::lock_nodes_and_store(5).await?;
     let config = LockConfig::builder().ttl(TTL).build()?;
     let lock = Redlock::connect(&urls, config).await?;
-    let mut store = redis::Client::open(store_url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let mut store = common::connect(&store_server.url).await?;
     println!(
         "{WORKERS} workers sell sku-1 from a stock of {INITIAL_STOCK} (read, pause {PAUSE:?}, \
          write stock - 1); lock {LOCK:?} on {} nodes, quorum {}",

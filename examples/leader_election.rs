@@ -24,17 +24,16 @@
 //!
 //! With `QUORUMLOCK_NODES` set, the majority is paused with `CLIENT PAUSE` instead of SIGSTOP.
 
-use std::error::Error;
+mod common;
+
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::testkit::RedisCluster;
+use common::{Nodes, Result};
 use quorumlock::{AutoExtend, LeaseEnd, LockConfig, LockError, LockGuard, Redlock};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
-
-type Result<T = (), E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
 
 /// Prints one line of the timeline, stamped with the time since the start.
 macro_rules! event {
@@ -75,27 +74,12 @@ struct Shared {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("\nFAILED: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code(run().await)
 }
 
 async fn run() -> Result {
-    // QUORUMLOCK_NODES=redis://host1:6379,... or a local test cluster, as in the other examples.
-    let (urls, mut cluster) = match std::env::var("QUORUMLOCK_NODES") {
-        Ok(nodes) => {
-            let urls = nodes.split(',').map(str::trim).filter(|u| !u.is_empty());
-            (urls.map(str::to_owned).collect::<Vec<_>>(), None)
-        }
-        Err(_) => {
-            let cluster = RedisCluster::start(5).await?;
-            (cluster.urls(), Some(cluster)) // the nodes stop when `cluster` is dropped
-        }
-    };
+    // QUORUMLOCK_NODES=redis://host1:6379,... or 5 local nodes (stopped when `cluster` drops).
+    let Nodes { urls, mut cluster } = common::lock_nodes(5).await?;
     let config = LockConfig::builder().ttl(TTL).build()?;
     println!(
         "{CANDIDATES} candidates campaign for {LEADER:?} on {} nodes; TTL {TTL:?}, extended \
@@ -136,9 +120,7 @@ async fn run() -> Result {
         }
         None => {
             for url in &urls[..majority] {
-                let mut node = redis::Client::open(url.as_str())?
-                    .get_multiplexed_async_connection()
-                    .await?;
+                let mut node = common::connect(url).await?;
                 let pause = u64::try_from(FREEZE.as_millis())?;
                 let () = redis::cmd("CLIENT")
                     .arg("PAUSE")

@@ -7,9 +7,10 @@
 //!     cargo run --example order_processing      # the nodes of docker-compose.yml
 //! ```
 
+mod common;
+
 use std::time::Duration;
 
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, LockFactory, Redlock};
 
 /// What can go wrong when processing an order, in the application's own terms.
@@ -68,23 +69,12 @@ async fn charge(order: u64) -> Result<(), OrderError> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // QUORUMLOCK_NODES=redis://host1:6379,redis://host2:6379,... or a local test cluster.
-    let (urls, _cluster): (Vec<String>, _) = match std::env::var("QUORUMLOCK_NODES") {
-        Ok(nodes) => {
-            let urls = nodes
-                .split(',')
-                .map(str::trim)
-                .filter(|url| !url.is_empty());
-            (urls.map(str::to_owned).collect(), None)
-        }
-        Err(_) => {
-            let cluster = RedisCluster::start(5).await?;
-            (cluster.urls(), Some(cluster)) // the nodes stop when `_cluster` is dropped
-        }
-    };
+async fn main() -> common::Result {
+    // QUORUMLOCK_NODES=redis://host1:6379,redis://host2:6379,... or 5 local nodes (stopped
+    // when `nodes` is dropped).
+    let nodes = common::lock_nodes(5).await?;
     let config = LockConfig::builder().ttl(Duration::from_secs(10)).build()?;
-    let factory = LockFactory::new(Redlock::connect(&urls, config).await?);
+    let factory = LockFactory::new(Redlock::connect(&nodes.urls, config).await?);
 
     // Two workers pick up the same order at once: one processes it, the other backs off.
     let (a, b) = tokio::join!(

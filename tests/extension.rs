@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{all_keys, cluster, config, eventually, no_keys_left, redlock, TTL};
-use quorumlock::{AutoExtend, DistributedLock, LeaseEnd, LockConfig, LockError};
+use common::{
+    all_keys, cluster, config, eventually, no_keys_left, redlock, retrying, slow_nodes_config, TTL,
+};
+use quorumlock::{AutoExtend, DistributedLock, LeaseEnd, LockError};
 use tokio::time::Instant;
 
 #[tokio::test]
@@ -184,13 +186,7 @@ async fn with_releases_when_the_work_panics() {
 #[tokio::test]
 async fn acquire_timeout_gives_up_at_its_deadline() {
     let cluster = cluster(3).await;
-    let patient = LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(1_000)
-        .retry_delay(Duration::from_millis(30))
-        .retry_jitter(Duration::from_millis(10))
-        .build()
-        .unwrap();
+    let patient = retrying(1_000, Duration::from_millis(30), Duration::from_millis(10));
     let lock = redlock(&cluster, patient).await;
     let _held = lock.try_acquire("busy").await.unwrap();
     let started = Instant::now();
@@ -213,12 +209,7 @@ async fn acquire_timeout_gives_up_at_its_deadline() {
 #[tokio::test]
 async fn acquire_timeout_abandons_a_stuck_attempt_without_leaving_keys() {
     let mut cluster = cluster(5).await;
-    let slow_nodes = LockConfig::builder()
-        .ttl(Duration::from_secs(30))
-        .node_timeout(Duration::from_secs(2))
-        .retry_count(0)
-        .build()
-        .unwrap();
+    let slow_nodes = slow_nodes_config();
     let lock = redlock(&cluster, slow_nodes).await;
     for i in 0..3 {
         cluster.node_mut(i).freeze().await.unwrap();

@@ -4,17 +4,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cluster, redlock, TTL};
+use common::{cluster, config, redlock, TTL};
 use quorumlock::{ConfigError, LockConfig, LockError, LockFactory, RedisLock};
 
 #[tokio::test]
 async fn creates_named_locks_with_the_default_or_an_overridden_ttl() {
     let cluster = cluster(3).await;
-    let base = LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(0)
-        .build()
-        .unwrap();
+    let base = config(TTL);
     let factory = LockFactory::new(redlock(&cluster, base).await);
     assert_eq!(factory.config().ttl(), TTL);
 

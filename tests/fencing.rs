@@ -6,15 +6,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cluster, redlock, TTL};
+use common::{cluster, config, raw_connection, redlock, TTL};
 use quorumlock::fencing::fenced_set;
 use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster};
 use quorumlock::{LockConfig, LockError};
 
+/// [`config`] with fencing, and retries for holders that follow one another closely.
 fn fenced(ttl: Duration) -> LockConfig {
-    LockConfig::builder()
-        .ttl(ttl)
-        .node_timeout(Duration::from_millis(50).min(ttl / 10))
+    config(ttl)
+        .to_builder()
         .retry_count(20)
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(10))
@@ -44,7 +44,7 @@ async fn tokens_strictly_increase_and_counters_never_expire() {
         );
     }
     // Without fencing no token is minted.
-    let plain = redlock(&cluster, common::config(TTL)).await;
+    let plain = redlock(&cluster, config(TTL)).await;
     let guard = plain.try_acquire("fenced").await.unwrap();
     assert_eq!(guard.fencing_token(), None);
     guard.release().await.unwrap();
@@ -89,8 +89,7 @@ async fn a_paused_holders_late_write_is_rejected() {
     let cluster = cluster(5).await;
     let lock = redlock(&cluster, fenced(Duration::from_millis(300))).await;
     // The protected resource lives on its own server (here: node 0's server, another key).
-    let store = cluster.node(0).client().unwrap();
-    let mut connection = store.get_multiplexed_async_connection().await.unwrap();
+    let mut connection = raw_connection(cluster.node(0)).await;
 
     let first = lock.acquire("stock").await.unwrap();
     let first_token = first.fencing_token().unwrap();

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cluster, redlock, TTL};
+use common::{cluster, redlock, retrying};
 use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, Redlock};
 use tokio::time::Instant;
@@ -14,11 +14,8 @@ use tokio::time::Instant;
 const DELAY: Duration = Duration::from_millis(1500);
 
 fn waiting(notify: bool) -> LockConfig {
-    LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(3)
-        .retry_delay(DELAY)
-        .retry_jitter(Duration::ZERO)
+    retrying(3, DELAY, Duration::ZERO)
+        .to_builder()
         .notify_releases(notify)
         .build()
         .unwrap()
@@ -91,13 +88,11 @@ async fn a_lost_announcement_falls_back_to_the_delay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiters_all_get_their_turn_quickly() {
     let cluster = cluster(5).await;
-    let config = LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(10_000)
-        .retry_delay(Duration::from_millis(500))
-        .retry_jitter(Duration::from_millis(250))
-        .build()
-        .unwrap();
+    let config = retrying(
+        10_000,
+        Duration::from_millis(500),
+        Duration::from_millis(250),
+    );
     let lock = redlock(&cluster, config).await;
     let started = Instant::now();
     let tasks: Vec<_> = (0..8)

@@ -5,8 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{all_keys, cluster, config, eventually, no_keys_left, redlock, TTL};
-use quorumlock::{LockConfig, LockError};
+use common::{
+    all_keys, cluster, config, eventually, no_keys_left, raw_connection, redlock, retrying, TTL,
+};
+use quorumlock::LockError;
 
 #[tokio::test]
 async fn all_resources_are_taken_together_and_released_together() {
@@ -111,8 +113,7 @@ async fn an_expired_part_makes_refresh_fail_without_extending_the_rest() {
     // "y" vanishes (evicted) on two of the three nodes.
     let mut raw = Vec::new();
     for i in 0..2 {
-        let client = cluster.node(i).client().unwrap();
-        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let mut connection = raw_connection(cluster.node(i)).await;
         let _: () = redis::cmd("DEL")
             .arg("y")
             .query_async(&mut connection)
@@ -148,13 +149,7 @@ async fn an_expired_part_makes_refresh_fail_without_extending_the_rest() {
 #[tokio::test]
 async fn blocking_multi_acquire_waits_for_the_holder_and_bad_sets_are_rejected() {
     let cluster = cluster(3).await;
-    let patient = LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(50)
-        .retry_delay(Duration::from_millis(500))
-        .retry_jitter(Duration::ZERO)
-        .build()
-        .unwrap();
+    let patient = retrying(50, Duration::from_millis(500), Duration::ZERO);
     let lock = redlock(&cluster, patient).await;
     let holder = lock.try_acquire("p").await.unwrap();
     let waiter = {
@@ -185,12 +180,7 @@ async fn blocking_multi_acquire_waits_for_the_holder_and_bad_sets_are_rejected()
 #[tokio::test]
 async fn fencing_tokens_cover_every_resource_of_a_set() {
     let cluster = cluster(3).await;
-    let fenced = LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(0)
-        .fencing(true)
-        .build()
-        .unwrap();
+    let fenced = config(TTL).to_builder().fencing(true).build().unwrap();
     let lock = redlock(&cluster, fenced).await;
     let single = lock.try_acquire("m").await.unwrap();
     let first = single.fencing_token().unwrap();

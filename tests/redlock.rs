@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{all_keys, cluster, config, eventually, no_keys_left, redlock, NODE_TIMEOUT, TTL};
+use common::{
+    acquire_and_release, all_keys, cluster, config, eventually, no_keys_left, redlock, retrying,
+    slow_nodes_config, NODE_TIMEOUT, TTL,
+};
 use quorumlock::node::{LockNode, RedisNode};
 use quorumlock::testkit::{NodeOptions, RedisCluster};
 use quorumlock::{DistributedLock, LockConfig, LockError, LockToken, NodeError, Redlock};
@@ -73,24 +76,13 @@ async fn a_held_lock_is_refused_with_a_tally() {
     assert!(err.to_string().contains("held by another owner"), "{err}");
 
     // Other resources are independent.
-    lock.try_acquire("report-2")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "report-2").await;
 }
 
 #[tokio::test]
 async fn concurrent_tasks_never_share_the_critical_section() {
     let cluster = cluster(5).await;
-    let config = LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(200)
-        .retry_delay(Duration::from_millis(5))
-        .retry_jitter(Duration::from_millis(5))
-        .build()
-        .unwrap();
+    let config = retrying(200, Duration::from_millis(5), Duration::from_millis(5));
     let lock = redlock(&cluster, config).await;
     let counter = cluster.node(0).client().unwrap();
     let inside = Arc::new(AtomicUsize::new(0));
@@ -297,12 +289,7 @@ async fn dropping_a_guard_releases_the_lock_in_the_background() {
         let _guard = lock.try_acquire("dropped").await.unwrap();
     }
     no_keys_left(&cluster, Duration::from_secs(2)).await;
-    lock.try_acquire("dropped")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "dropped").await;
 }
 
 #[tokio::test]
@@ -317,12 +304,7 @@ async fn a_panicking_holder_releases_the_lock() {
     .await;
     assert!(outcome.unwrap_err().is_panic());
     no_keys_left(&cluster, Duration::from_secs(2)).await;
-    lock.try_acquire("panicky")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "panicky").await;
 }
 
 #[tokio::test]
@@ -342,12 +324,7 @@ async fn without_auto_release_a_dropped_guard_keeps_the_lock_until_its_ttl() {
         Err(LockError::Held { .. })
     ));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    lock.try_acquire("manual")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "manual").await;
 }
 
 #[tokio::test]
@@ -433,15 +410,11 @@ async fn three_of_five_nodes_down_fail_with_no_quorum_and_leave_no_key() {
     );
 
     // Blocking acquire retries, then reports the same clear error.
-    let retrying = lock.with_config(
-        LockConfig::builder()
-            .ttl(TTL)
-            .retry_count(2)
-            .retry_delay(Duration::from_millis(20))
-            .retry_jitter(Duration::from_millis(10))
-            .build()
-            .unwrap(),
-    );
+    let retrying = lock.with_config(retrying(
+        2,
+        Duration::from_millis(20),
+        Duration::from_millis(10),
+    ));
     assert!(matches!(
         retrying.acquire("no-quorum").await,
         Err(LockError::NoQuorum { .. })
@@ -522,12 +495,7 @@ async fn a_frozen_node_does_not_stall_acquisition() {
     let mut cluster = cluster(5).await;
     let lock = redlock(&cluster, config(TTL)).await;
     // Warm every connection so the measurement is of the lock, not of connecting.
-    lock.try_acquire("warm")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "warm").await;
     cluster.node_mut(2).freeze().await.unwrap();
 
     let mut slowest = Duration::ZERO;
@@ -549,19 +517,9 @@ async fn a_frozen_node_does_not_stall_acquisition() {
 #[tokio::test]
 async fn a_dropped_acquire_future_leaves_no_key_behind() {
     let mut cluster = cluster(5).await;
-    let config = LockConfig::builder()
-        .ttl(Duration::from_secs(30))
-        .node_timeout(Duration::from_secs(2))
-        .retry_count(0)
-        .build()
-        .unwrap();
+    let config = slow_nodes_config();
     let lock = redlock(&cluster, config).await;
-    lock.try_acquire("warm")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "warm").await;
     for i in 0..3 {
         cluster.node_mut(i).freeze().await.unwrap();
     }
@@ -636,12 +594,7 @@ async fn passwords_work_and_never_show_in_errors() {
     let urls = cluster.urls();
     assert!(urls[0].contains("s3cret-pw"));
     let lock = Redlock::connect(&urls, config(TTL)).await.unwrap();
-    lock.try_acquire("auth")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "auth").await;
     assert!(lock.node_names().all(|name| !name.contains("s3cret-pw")));
 
     for i in 0..2 {

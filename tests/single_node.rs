@@ -6,7 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{cluster, config, eventually, NODE_TIMEOUT, TTL};
+use common::{
+    acquire_and_release, cluster, config, eventually, raw_connection, retrying, NODE_TIMEOUT, TTL,
+};
 use quorumlock::node::{LockNode, RedisNode};
 use quorumlock::testkit::RedisCluster;
 use quorumlock::{DistributedLock, LockConfig, LockError, LockToken, NodeError, RedisLock};
@@ -48,12 +50,7 @@ async fn a_second_owner_is_refused_until_release() {
     };
     assert_eq!((tally.nodes, tally.quorum, tally.granted), (1, 1, 0));
     guard.release().await.unwrap();
-    lock.try_acquire("cron:report")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "cron:report").await;
 }
 
 #[tokio::test]
@@ -118,24 +115,13 @@ async fn refresh_extends_and_expiry_frees_the_lock() {
         lock.refresh(&mut guard).await,
         Err(LockError::Expired { .. })
     ));
-    lock.try_acquire("lease")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "lease").await;
 }
 
 #[tokio::test]
 async fn blocking_acquire_waits_for_the_holder() {
     let cluster = cluster(1).await;
-    let patient = LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(20)
-        .retry_delay(Duration::from_millis(50))
-        .retry_jitter(Duration::from_millis(10))
-        .build()
-        .unwrap();
+    let patient = retrying(20, Duration::from_millis(50), Duration::from_millis(10));
     let lock = single(&cluster, patient).await;
     let guard = lock.try_acquire("queue").await.unwrap();
     let holder = tokio::spawn(async move {
@@ -156,13 +142,7 @@ async fn blocking_acquire_waits_for_the_holder() {
 #[tokio::test]
 async fn blocking_acquire_gives_up_after_its_retries() {
     let cluster = cluster(1).await;
-    let config = LockConfig::builder()
-        .ttl(TTL)
-        .retry_count(3)
-        .retry_delay(Duration::from_millis(40))
-        .retry_jitter(Duration::ZERO)
-        .build()
-        .unwrap();
+    let config = retrying(3, Duration::from_millis(40), Duration::ZERO);
     let lock = single(&cluster, config).await;
     let _held = lock.try_acquire("busy").await.unwrap();
     let started = Instant::now();
@@ -203,19 +183,8 @@ async fn a_down_node_is_named_in_the_error() {
 async fn scripts_survive_a_script_flush() {
     let cluster = cluster(1).await;
     let lock = single(&cluster, config(TTL)).await;
-    lock.try_acquire("warm")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap(); // scripts cached
-    let mut raw = cluster
-        .node(0)
-        .client()
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    acquire_and_release(&lock, "warm").await; // scripts cached
+    let mut raw = raw_connection(cluster.node(0)).await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut raw)
@@ -235,13 +204,7 @@ async fn a_wrong_type_key_is_a_redis_error_not_a_panic() {
     let lock = single(&cluster, config(TTL)).await;
     let guard = lock.try_acquire("typed").await.unwrap();
     // Someone replaces the lock key with a list behind our back.
-    let mut raw = cluster
-        .node(0)
-        .client()
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = raw_connection(cluster.node(0)).await;
     let _: () = redis::cmd("DEL")
         .arg("typed")
         .query_async(&mut raw)

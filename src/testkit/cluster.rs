@@ -347,9 +347,42 @@ pub(crate) fn free_port() -> Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// `n` distinct ports that were free a moment ago (see [`free_port`]): all
+/// probe listeners are held at once, and released just before returning.
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind(("127.0.0.1", 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let ports = listeners
+        .iter()
+        .map(|listener| listener.local_addr().map(|addr| addr.port()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok(ports)
+}
+
 // ---------------------------------------------------------------------------
 // Short-lived-connection helpers, shared with the container backend.
 // ---------------------------------------------------------------------------
+
+/// A node the direct-assertion helpers can reach: [`RedisProcess`], and the
+/// container backend's `RedisContainer`. Their public helper methods (and
+/// those of their clusters) are thin wrappers over the functions below.
+pub(crate) trait DirectNode {
+    /// The node's URL.
+    fn url(&self) -> String;
+    /// `host:port`, as used in error messages.
+    fn address(&self) -> String;
+    /// What the harness last did to the node.
+    fn state(&self) -> NodeState;
+
+    /// The error of an operation refused because the node is not running.
+    fn not_running(&self) -> TestkitError {
+        TestkitError::NotRunning {
+            node: self.address(),
+            state: self.state(),
+        }
+    }
+}
 
 /// Opens a fresh multiplexed connection whose connect and responses are bounded by `timeout`.
 async fn connect(url: &str, timeout: Duration) -> redis::RedisResult<MultiplexedConnection> {
@@ -398,37 +431,29 @@ pub(crate) async fn query_with_timeout<T: FromRedisValue>(
     }
 }
 
-/// [`query_with_timeout`] with the standard helper budget.
-pub(crate) async fn query<T: FromRedisValue>(
-    url: &str,
-    node: &str,
-    state: NodeState,
+/// [`query_with_timeout`] on `node`, with the standard helper budget.
+async fn query<T: FromRedisValue>(
+    node: &impl DirectNode,
     operation: &'static str,
     cmd: &redis::Cmd,
 ) -> Result<T> {
-    query_with_timeout(url, node, state, operation, cmd, HELPER_TIMEOUT).await
+    let (url, address) = (node.url(), node.address());
+    query_with_timeout(&url, &address, node.state(), operation, cmd, HELPER_TIMEOUT).await
 }
 
 /// `GET key`.
-pub(crate) async fn get(
-    url: &str,
-    node: &str,
-    state: NodeState,
-    key: &str,
-) -> Result<Option<String>> {
-    query(url, node, state, "GET", redis::cmd("GET").arg(key)).await
+pub(crate) async fn get(node: &impl DirectNode, key: &str) -> Result<Option<String>> {
+    query(node, "GET", redis::cmd("GET").arg(key)).await
 }
 
 /// `PTTL key`.
-pub(crate) async fn pttl(url: &str, node: &str, state: NodeState, key: &str) -> Result<i64> {
-    query(url, node, state, "PTTL", redis::cmd("PTTL").arg(key)).await
+pub(crate) async fn pttl(node: &impl DirectNode, key: &str) -> Result<i64> {
+    query(node, "PTTL", redis::cmd("PTTL").arg(key)).await
 }
 
 /// `SET key value [PX ms]`.
 pub(crate) async fn set(
-    url: &str,
-    node: &str,
-    state: NodeState,
+    node: &impl DirectNode,
     key: &str,
     value: &str,
     ttl: Option<Duration>,
@@ -439,24 +464,20 @@ pub(crate) async fn set(
         cmd.arg("PX")
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
     }
-    query::<()>(url, node, state, "SET", &cmd).await
+    query::<()>(node, "SET", &cmd).await
 }
 
 /// `FLUSHALL`.
-pub(crate) async fn flush(url: &str, node: &str, state: NodeState) -> Result<()> {
-    query::<()>(url, node, state, "FLUSHALL", &redis::cmd("FLUSHALL")).await
+pub(crate) async fn flush(node: &impl DirectNode) -> Result<()> {
+    query::<()>(node, "FLUSHALL", &redis::cmd("FLUSHALL")).await
 }
 
 /// Every key matching `pattern`, through `SCAN` (never `KEYS`), sorted and deduplicated.
-pub(crate) async fn scan_keys(
-    url: &str,
-    node: &str,
-    state: NodeState,
-    pattern: &str,
-) -> Result<Vec<String>> {
-    ensure_running(node, state)?;
+pub(crate) async fn scan_keys(node: &impl DirectNode, pattern: &str) -> Result<Vec<String>> {
+    let (url, address) = (node.url(), node.address());
+    ensure_running(&address, node.state())?;
     let scan = async {
-        let mut con = connect(url, HELPER_TIMEOUT).await?;
+        let mut con = connect(&url, HELPER_TIMEOUT).await?;
         // SCAN may return a key more than once; a set removes the repeats.
         let mut keys = BTreeSet::new();
         let mut cursor: u64 = 0;
@@ -479,11 +500,41 @@ pub(crate) async fn scan_keys(
     match tokio::time::timeout(HELPER_TIMEOUT, scan).await {
         Ok(result) => Ok(result?),
         Err(_) => Err(TestkitError::Timeout {
-            node: node.to_owned(),
+            node: address,
             operation: "SCAN",
             timeout: HELPER_TIMEOUT,
         }),
     }
+}
+
+/// Every key matching `pattern` on each of `nodes`, in node order. Fails if
+/// any node is not running.
+pub(crate) async fn keys_on_all<N: DirectNode>(
+    nodes: &[N],
+    pattern: &str,
+) -> Result<Vec<Vec<String>>> {
+    futures::future::try_join_all(nodes.iter().map(|node| scan_keys(node, pattern))).await
+}
+
+/// Like [`keys_on_all`], but the nodes that are not running yield an empty list.
+pub(crate) async fn keys_on_running<N: DirectNode>(
+    nodes: &[N],
+    pattern: &str,
+) -> Result<Vec<Vec<String>>> {
+    futures::future::try_join_all(nodes.iter().map(|node| async move {
+        if node.state() == NodeState::Running {
+            scan_keys(node, pattern).await
+        } else {
+            Ok(Vec::new())
+        }
+    }))
+    .await
+}
+
+/// `FLUSHALL` on each of `nodes`. Fails if any node is not running.
+pub(crate) async fn flush_all<N: DirectNode>(nodes: &[N]) -> Result<()> {
+    futures::future::try_join_all(nodes.iter().map(flush)).await?;
+    Ok(())
 }
 
 /// One readiness probe: `INFO` answered, the node has finished loading its
@@ -798,13 +849,13 @@ impl RedisProcess {
 
     /// `GET key` on a fresh connection (2 s budget).
     pub async fn get(&self, key: &str) -> Result<Option<String>, TestkitError> {
-        get(&self.url(), &self.address(), self.state, key).await
+        get(self, key).await
     }
 
     /// `PTTL key` on a fresh connection (2 s budget): milliseconds left, `-1`
     /// when the key has no expiry, `-2` when it does not exist.
     pub async fn pttl(&self, key: &str) -> Result<i64, TestkitError> {
-        pttl(&self.url(), &self.address(), self.state, key).await
+        pttl(self, key).await
     }
 
     /// `SET key value [PX ttl]` on a fresh connection (2 s budget).
@@ -814,17 +865,17 @@ impl RedisProcess {
         value: &str,
         ttl: Option<Duration>,
     ) -> Result<(), TestkitError> {
-        set(&self.url(), &self.address(), self.state, key, value, ttl).await
+        set(self, key, value, ttl).await
     }
 
     /// `FLUSHALL` on a fresh connection (2 s budget).
     pub async fn flush(&self) -> Result<(), TestkitError> {
-        flush(&self.url(), &self.address(), self.state).await
+        flush(self).await
     }
 
     /// Every key matching `pattern` (`SCAN ... MATCH`), sorted.
     pub async fn keys(&self, pattern: &str) -> Result<Vec<String>, TestkitError> {
-        scan_keys(&self.url(), &self.address(), self.state, pattern).await
+        scan_keys(self, pattern).await
     }
 
     /// `DEBUG SLEEP`: blocks the whole server for `duration`, which makes it a
@@ -855,13 +906,6 @@ impl RedisProcess {
                 duration + HELPER_TIMEOUT,
             )
             .await
-        }
-    }
-
-    fn not_running(&self) -> TestkitError {
-        TestkitError::NotRunning {
-            node: self.address(),
-            state: self.state,
         }
     }
 
@@ -971,6 +1015,20 @@ impl RedisProcess {
     }
 }
 
+impl DirectNode for RedisProcess {
+    fn url(&self) -> String {
+        RedisProcess::url(self)
+    }
+
+    fn address(&self) -> String {
+        RedisProcess::address(self)
+    }
+
+    fn state(&self) -> NodeState {
+        self.state
+    }
+}
+
 impl Drop for RedisProcess {
     /// Kills and reaps the process synchronously: no async work, no panics.
     fn drop(&mut self) {
@@ -1044,16 +1102,8 @@ impl RedisCluster {
     /// Starts `n` nodes with the given options (see [`start`](Self::start)).
     pub async fn start_with(n: usize, options: NodeOptions) -> Result<RedisCluster, TestkitError> {
         let binary = ServerBinary::locate().await?;
-        // Hold all probe listeners at once so the nodes of one cluster get
-        // distinct ports; they are released just before the servers start.
-        let listeners = (0..n)
-            .map(|_| std::net::TcpListener::bind(("127.0.0.1", 0)))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        let ports = listeners
-            .iter()
-            .map(|listener| listener.local_addr().map(|addr| addr.port()))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        drop(listeners);
+        // Distinct ports for the nodes of one cluster, free until the servers start.
+        let ports = free_ports(n)?;
         // On error, the nodes already started are dropped, hence killed.
         let nodes = futures::future::try_join_all(
             ports
@@ -1109,25 +1159,17 @@ impl RedisCluster {
     /// indexed by node, each list sorted. Fails if any node is frozen or
     /// stopped; see [`keys_on_running`](Self::keys_on_running).
     pub async fn keys(&self, pattern: &str) -> Result<Vec<Vec<String>>, TestkitError> {
-        futures::future::try_join_all(self.nodes.iter().map(|node| node.keys(pattern))).await
+        keys_on_all(&self.nodes, pattern).await
     }
 
     /// Like [`keys`](Self::keys), but frozen and stopped nodes yield an empty list.
     pub async fn keys_on_running(&self, pattern: &str) -> Result<Vec<Vec<String>>, TestkitError> {
-        futures::future::try_join_all(self.nodes.iter().map(|node| async move {
-            if node.state() == NodeState::Running {
-                node.keys(pattern).await
-            } else {
-                Ok(Vec::new())
-            }
-        }))
-        .await
+        keys_on_running(&self.nodes, pattern).await
     }
 
     /// `FLUSHALL` on every node. Fails if any node is frozen or stopped.
     pub async fn flush_all(&self) -> Result<(), TestkitError> {
-        futures::future::try_join_all(self.nodes.iter().map(RedisProcess::flush)).await?;
-        Ok(())
+        flush_all(&self.nodes).await
     }
 }
 

@@ -30,7 +30,9 @@ use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
-use super::cluster::{self, free_port, NodeOptions, NodeState, TestkitError};
+use super::cluster::{
+    self, free_port, free_ports, DirectNode, NodeOptions, NodeState, TestkitError,
+};
 
 /// Image name of the nodes.
 const IMAGE: &str = "redis";
@@ -51,15 +53,8 @@ pub async fn start_containers_with(
     n: usize,
     options: NodeOptions,
 ) -> Result<ContainerCluster, TestkitError> {
-    // Hold all probe listeners at once so the nodes get distinct host ports.
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind(("127.0.0.1", 0)))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let ports = listeners
-        .iter()
-        .map(|listener| listener.local_addr().map(|addr| addr.port()))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    drop(listeners);
+    // Distinct host ports for the nodes, free until the containers start.
+    let ports = free_ports(n)?;
     let nodes = futures::future::try_join_all(
         ports
             .into_iter()
@@ -221,12 +216,12 @@ impl RedisContainer {
 
     /// `GET key` on a fresh connection (2 s budget).
     pub async fn get(&self, key: &str) -> Result<Option<String>, TestkitError> {
-        cluster::get(&self.url(), &self.address(), self.state, key).await
+        cluster::get(self, key).await
     }
 
     /// `PTTL key` on a fresh connection (2 s budget).
     pub async fn pttl(&self, key: &str) -> Result<i64, TestkitError> {
-        cluster::pttl(&self.url(), &self.address(), self.state, key).await
+        cluster::pttl(self, key).await
     }
 
     /// `SET key value [PX ttl]` on a fresh connection (2 s budget).
@@ -236,24 +231,31 @@ impl RedisContainer {
         value: &str,
         ttl: Option<Duration>,
     ) -> Result<(), TestkitError> {
-        cluster::set(&self.url(), &self.address(), self.state, key, value, ttl).await
+        cluster::set(self, key, value, ttl).await
     }
 
     /// `FLUSHALL` on a fresh connection (2 s budget).
     pub async fn flush(&self) -> Result<(), TestkitError> {
-        cluster::flush(&self.url(), &self.address(), self.state).await
+        cluster::flush(self).await
     }
 
     /// Every key matching `pattern` (`SCAN ... MATCH`), sorted.
     pub async fn keys(&self, pattern: &str) -> Result<Vec<String>, TestkitError> {
-        cluster::scan_keys(&self.url(), &self.address(), self.state, pattern).await
+        cluster::scan_keys(self, pattern).await
+    }
+}
+
+impl DirectNode for RedisContainer {
+    fn url(&self) -> String {
+        RedisContainer::url(self)
     }
 
-    fn not_running(&self) -> TestkitError {
-        TestkitError::NotRunning {
-            node: self.address(),
-            state: self.state,
-        }
+    fn address(&self) -> String {
+        RedisContainer::address(self)
+    }
+
+    fn state(&self) -> NodeState {
+        self.state
     }
 }
 
@@ -323,25 +325,17 @@ impl ContainerCluster {
     /// Every key matching `pattern` on every node, indexed by node. Fails if
     /// any node is paused or stopped.
     pub async fn keys(&self, pattern: &str) -> Result<Vec<Vec<String>>, TestkitError> {
-        futures::future::try_join_all(self.nodes.iter().map(|node| node.keys(pattern))).await
+        cluster::keys_on_all(&self.nodes, pattern).await
     }
 
     /// Like [`keys`](Self::keys), but paused and stopped nodes yield an empty list.
     pub async fn keys_on_running(&self, pattern: &str) -> Result<Vec<Vec<String>>, TestkitError> {
-        futures::future::try_join_all(self.nodes.iter().map(|node| async move {
-            if node.state() == NodeState::Running {
-                node.keys(pattern).await
-            } else {
-                Ok(Vec::new())
-            }
-        }))
-        .await
+        cluster::keys_on_running(&self.nodes, pattern).await
     }
 
     /// `FLUSHALL` on every node. Fails if any node is paused or stopped.
     pub async fn flush_all(&self) -> Result<(), TestkitError> {
-        futures::future::try_join_all(self.nodes.iter().map(RedisContainer::flush)).await?;
-        Ok(())
+        cluster::flush_all(&self.nodes).await
     }
 
     fn checked_mut(&mut self, index: usize) -> Result<&mut RedisContainer, TestkitError> {

@@ -5,8 +5,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::RedisCluster;
-use quorumlock::{LockConfig, Redlock};
+use quorumlock::testkit::{RedisCluster, RedisProcess};
+use quorumlock::{DistributedLock, LockConfig, Redlock};
+use redis::aio::MultiplexedConnection;
 
 /// A TTL long enough to never expire by accident on a loaded 2-core machine.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -28,6 +29,50 @@ pub fn config(ttl: Duration) -> LockConfig {
         .retry_count(0)
         .build()
         .expect("valid test config")
+}
+
+/// A config with the test TTL whose blocking `acquire` retries `count` times, `delay`
+/// apart, give or take `jitter`.
+pub fn retrying(count: u32, delay: Duration, jitter: Duration) -> LockConfig {
+    LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(count)
+        .retry_delay(delay)
+        .retry_jitter(jitter)
+        .build()
+        .expect("valid retrying config")
+}
+
+/// A config without retries that waits up to 2 s for each node, with a 30 s TTL: frozen
+/// nodes keep an acquisition round open rather than time out.
+pub fn slow_nodes_config() -> LockConfig {
+    LockConfig::builder()
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_secs(2))
+        .retry_count(0)
+        .build()
+        .expect("valid slow-nodes config")
+}
+
+/// Takes `resource` at once and releases it; panics if either fails.
+pub async fn acquire_and_release<L: DistributedLock>(lock: &L, resource: &str) {
+    let guard = lock
+        .try_acquire(resource)
+        .await
+        .unwrap_or_else(|err| panic!("acquire {resource:?}: {err:?}"));
+    guard
+        .release()
+        .await
+        .unwrap_or_else(|err| panic!("release {resource:?}: {err:?}"));
+}
+
+/// A direct connection to `node`, bypassing any lock (to run raw commands on it).
+pub async fn raw_connection(node: &RedisProcess) -> MultiplexedConnection {
+    node.client()
+        .expect("a client for the node")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the node directly")
 }
 
 /// A lock over every node of `cluster`, with its connections already made.
@@ -60,11 +105,12 @@ pub async fn redlock(cluster: &RedisCluster, config: LockConfig) -> Redlock {
 
 /// Every key on every running node, flattened with the node index.
 pub async fn all_keys(cluster: &RedisCluster) -> Vec<(usize, String)> {
-    cluster
-        .keys_on_running("*")
-        .await
-        .expect("list keys")
-        .into_iter()
+    by_node(cluster.keys_on_running("*").await.expect("list keys"))
+}
+
+/// Per-node key lists, flattened into `(node index, key)` pairs.
+fn by_node(keys: Vec<Vec<String>>) -> Vec<(usize, String)> {
+    keys.into_iter()
         .enumerate()
         .flat_map(|(node, keys)| keys.into_iter().map(move |key| (node, key)))
         .collect()
@@ -144,7 +190,7 @@ pub async fn redlock_via(
 /// Takes and releases a lock until every node of `cluster` held it once, so that every
 /// connection of `lock` is made (connections are lazy, and a node still connecting when a
 /// quorum answered is not waited for). Leaves no key behind.
-pub async fn warm_up<L: quorumlock::DistributedLock>(lock: &L, cluster: &RedisCluster) {
+pub async fn warm_up<L: DistributedLock>(lock: &L, cluster: &RedisCluster) {
     let start = Instant::now();
     loop {
         assert!(
@@ -212,14 +258,12 @@ pub async fn no_lock_key_outlives_ttl(cluster: &RedisCluster, pattern: &str, ttl
     }
     let limit = ttl + Duration::from_millis(500);
     loop {
-        let left: Vec<(usize, String)> = cluster
-            .keys(pattern)
-            .await
-            .expect("list lock keys on every node")
-            .into_iter()
-            .enumerate()
-            .flat_map(|(node, keys)| keys.into_iter().map(move |key| (node, key)))
-            .collect();
+        let left = by_node(
+            cluster
+                .keys(pattern)
+                .await
+                .expect("list lock keys on every node"),
+        );
         if left.is_empty() {
             return;
         }
@@ -233,13 +277,8 @@ pub async fn no_lock_key_outlives_ttl(cluster: &RedisCluster, pattern: &str, ttl
 
 /// One field of `INFO commandstats` on node `node`: how many times `command` ran since
 /// the last `CONFIG RESETSTAT` (0 when never).
-pub async fn command_calls(node: &quorumlock::testkit::RedisProcess, command: &str) -> u64 {
-    let mut connection = node
-        .client()
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect for INFO");
+pub async fn command_calls(node: &RedisProcess, command: &str) -> u64 {
+    let mut connection = raw_connection(node).await;
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut connection)
@@ -254,13 +293,8 @@ pub async fn command_calls(node: &quorumlock::testkit::RedisProcess, command: &s
 
 /// Runs one command on node `node` over a fresh connection (for `CONFIG SET`, `CONFIG
 /// RESETSTAT` and the like).
-pub async fn node_command(node: &quorumlock::testkit::RedisProcess, args: &[&str]) {
-    let mut connection = node
-        .client()
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect for a direct command");
+pub async fn node_command(node: &RedisProcess, args: &[&str]) {
+    let mut connection = raw_connection(node).await;
     let mut cmd = redis::cmd(args[0]);
     for arg in &args[1..] {
         cmd.arg(*arg);
