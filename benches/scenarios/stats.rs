@@ -1,0 +1,200 @@
+//! Latency histograms and the per-run, per-repetition summaries built from them.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// Latencies are recorded in microseconds, from 1 µs to 10 minutes, 3 significant digits.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Records one latency (saturating at the histogram's top).
+pub fn record(hist: &mut Histogram<u64>, latency: Duration) {
+    let micros = u64::try_from(latency.as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    hist.saturating_record(micros);
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Every operation finished.
+    Completed,
+    /// An operation did not finish within this long; the run was abandoned there.
+    TimedOut(Duration),
+}
+
+/// What one run of one contender in one scenario measured.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Completed operations (acquire + release cycles).
+    pub ops: u64,
+    /// Wall time from the first operation to the end of the last.
+    pub elapsed: Duration,
+    /// Per-operation latency (or wait time, for the contended scenario), in µs.
+    pub hist: Histogram<u64>,
+    pub outcome: Outcome,
+    /// Operations that returned an error (not counted in `ops`).
+    pub errors: u64,
+    /// Scenario-specific check result (the counter of the contended scenario).
+    pub check: Option<Result<String, String>>,
+    /// Completed operations of the least and the most served task.
+    pub per_task: (u64, u64),
+    /// quorumlock only: acquisition rounds per completed acquisition.
+    pub rounds_per_acquire: Option<f64>,
+    /// CPU time of the whole client process (user + system) per completed operation, µs.
+    pub cpu_us_per_op: Option<f64>,
+}
+
+impl Run {
+    pub fn ops_per_sec(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 {
+            self.ops as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// The latency at `quantile`, in µs; `None` when nothing completed.
+    pub fn quantile_us(&self, quantile: f64) -> Option<f64> {
+        (!self.hist.is_empty()).then(|| self.hist.value_at_quantile(quantile) as f64)
+    }
+
+    pub fn max_us(&self) -> Option<f64> {
+        (!self.hist.is_empty()).then(|| self.hist.max() as f64)
+    }
+}
+
+/// The metrics reported per contender: medians over the repetitions of per-run metrics.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub reps: usize,
+    pub ops_per_sec: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub cpu_us_per_op: Option<f64>,
+    /// Repetitions that timed out, and the timeout.
+    pub timed_out: Option<(usize, Duration)>,
+    pub errors: u64,
+}
+
+impl Summary {
+    pub fn of(runs: &[Run]) -> Summary {
+        let completed: Vec<&Run> = runs
+            .iter()
+            .filter(|run| run.outcome == Outcome::Completed)
+            .collect();
+        let timed_out = runs
+            .iter()
+            .filter_map(|run| match run.outcome {
+                Outcome::TimedOut(after) => Some(after),
+                Outcome::Completed => None,
+            })
+            .collect::<Vec<_>>();
+        Summary {
+            reps: runs.len(),
+            ops_per_sec: median(completed.iter().map(|run| Some(run.ops_per_sec()))),
+            p50_us: median(completed.iter().map(|run| run.quantile_us(0.50))),
+            p99_us: median(completed.iter().map(|run| run.quantile_us(0.99))),
+            max_us: median(completed.iter().map(|run| run.max_us())),
+            cpu_us_per_op: median(completed.iter().map(|run| run.cpu_us_per_op)),
+            timed_out: timed_out.first().map(|after| (timed_out.len(), *after)),
+            errors: runs.iter().map(|run| run.errors).sum(),
+        }
+    }
+
+    pub fn completed(&self) -> bool {
+        self.timed_out.is_none() && self.ops_per_sec.is_some()
+    }
+}
+
+/// The median of the values that are present; `None` when none is.
+pub fn median(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    let mut values: Vec<f64> = values.into_iter().flatten().collect();
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    })
+}
+
+/// The median over repetitions of the paired ratio `ours / theirs` of one metric: each
+/// repetition's two runs were made back to back, so pairing cancels slow drifts of the
+/// machine's load.
+pub fn paired_ratio(
+    ours: &[Run],
+    theirs: &[Run],
+    metric: impl Fn(&Run) -> Option<f64>,
+) -> Option<f64> {
+    median(ours.iter().zip(theirs).map(|(a, b)| {
+        if a.outcome != Outcome::Completed || b.outcome != Outcome::Completed {
+            return None;
+        }
+        match (metric(a), metric(b)) {
+            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+            _ => None,
+        }
+    }))
+}
+
+/// All runs' histograms merged, for plots.
+pub fn merged(runs: &[Run]) -> Histogram<u64> {
+    let mut all = histogram();
+    for run in runs {
+        all.add(&run.hist).expect("same histogram bounds");
+    }
+    all
+}
+
+/// A latency in µs as text: `812 µs`, `12.3 ms`, `1.52 s`.
+pub fn fmt_us(us: Option<f64>) -> String {
+    match us {
+        None => "–".to_owned(),
+        Some(us) if us < 1_000.0 => format!("{us:.0} µs"),
+        Some(us) if us < 1_000_000.0 => format!("{:.2} ms", us / 1_000.0),
+        Some(us) => format!("{:.2} s", us / 1_000_000.0),
+    }
+}
+
+/// A rate as text: `12,345/s`.
+pub fn fmt_rate(rate: Option<f64>) -> String {
+    match rate {
+        None => "–".to_owned(),
+        Some(rate) if rate >= 100.0 => format!("{}/s", thousands(rate.round() as u64)),
+        Some(rate) => format!("{rate:.1}/s"),
+    }
+}
+
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// CPU time used by this process so far (user + system), from `/proc/self/stat`; `None`
+/// where that file does not exist.
+pub fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 of `rest`.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // The kernel reports in USER_HZ, 100 on every Linux ABI Rust targets.
+    Some(Duration::from_millis(ticks * 10))
+}
