@@ -20,7 +20,7 @@ use crate::config::LockConfig;
 use crate::error::{LockError, NodeError, NodeFailure, Tally};
 use crate::fencing;
 use crate::guard::LockGuard;
-use crate::handoff::ReleaseWatches;
+use crate::handoff::{LocalQueues, ReleaseWatches};
 use crate::lease::Lease;
 use crate::metrics::Counters;
 use crate::node::LockNode;
@@ -35,6 +35,7 @@ pub(crate) type NodeSet = Arc<[Arc<dyn LockNode>]>;
 pub(crate) struct Coordinator {
     nodes: NodeSet,
     counters: Arc<Counters>,
+    queues: Arc<LocalQueues>,
     config: LockConfig,
     quorum: usize,
 }
@@ -89,6 +90,7 @@ impl Coordinator {
         Ok(Coordinator {
             nodes: nodes.into(),
             counters: Arc::default(),
+            queues: Arc::default(),
             config,
             quorum,
         })
@@ -99,6 +101,7 @@ impl Coordinator {
         Coordinator {
             nodes: Arc::clone(&self.nodes),
             counters: Arc::clone(&self.counters),
+            queues: Arc::clone(&self.queues),
             config,
             quorum: self.quorum,
         }
@@ -324,24 +327,35 @@ impl Coordinator {
         deadline: Option<Instant>,
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
+        let timed_out = |last: Option<LockError>| LockError::TimedOut {
+            resource: resources.join(" + "),
+            waited: started.elapsed(),
+            last: last.map(Box::new),
+        };
+        let Resources { keys, .. } = Resources::new(&self.config, resources)?;
+        // Blocking acquisitions of the same resources in this process take turns, so they
+        // never split each other's votes; the turn ends when this function returns.
+        let _turn = match deadline {
+            None => self.queues.turn(&keys).await,
+            Some(deadline) => tokio::time::timeout_at(deadline, self.queues.turn(&keys))
+                .await
+                .map_err(|_| timed_out(None))?,
+        };
         let mut retries_left = self.config.retry_count();
         let mut releases: Option<ReleaseWatches> = None;
         let mut last_error: Option<LockError> = None;
+        // Wake-ups this acquisition lost to another waiter; widens its spread.
+        let mut collisions = 0;
         loop {
             if let Some(releases) = &mut releases {
                 releases.mark_seen();
             }
+            let attempt_started = Instant::now();
             let attempt = match deadline {
                 None => self.try_acquire(resources).await,
                 Some(deadline) => tokio::time::timeout_at(deadline, self.try_acquire(resources))
                     .await
-                    .unwrap_or_else(|_| {
-                        Err(LockError::TimedOut {
-                            resource: resources.join(" + "),
-                            waited: started.elapsed(),
-                            last: last_error.take().map(Box::new),
-                        })
-                    }),
+                    .unwrap_or_else(|_| Err(timed_out(last_error.take()))),
             };
             match attempt {
                 Err(error) if error.is_retryable() && retries_left > 0 => {
@@ -354,16 +368,23 @@ impl Coordinator {
                     retries_left -= 1;
                     let held = matches!(error, LockError::Held { .. });
                     if held && releases.is_none() && self.config.notify_releases() {
-                        // Only now, once contended: an uncontended lock never subscribes. A
-                        // release announced before the subscription is confirmed is missed,
-                        // and the jittered delay stands in for it.
+                        // Only now, once contended: an uncontended lock never subscribes.
                         // A lock over several resources watches the first: its release
-                        // announces every key, the first among them.
-                        let Resources { keys, .. } = Resources::new(&self.config, resources)?;
+                        // announces every key, the first among them. A release announced
+                        // before the subscription was confirmed would be missed, so the
+                        // next attempt follows at once instead of after a wait.
                         releases = ReleaseWatches::start(&self.nodes, &keys[0], self.quorum).await;
+                        if releases.is_some() {
+                            last_error = Some(error);
+                            continue;
+                        }
                     }
                     match &releases {
-                        Some(releases) if held => releases.wait(wait).await,
+                        Some(releases) if held => {
+                            let round = attempt_started.elapsed();
+                            releases.wait(wait, round, collisions).await;
+                            collisions += 1;
+                        }
                         _ => tokio::time::sleep(wait).await,
                     }
                     last_error = Some(error);

@@ -11,12 +11,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use redis::aio::PubSubSink;
 use tokio::sync::watch;
 
 use super::ReleaseWatch;
-use crate::quorum::spawn_detached;
 
 /// The channel on which releases of a key are announced is this prefix and the key.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorumlock:released:";
@@ -38,6 +37,8 @@ struct Shared {
     client: redis::Client,
     connect_timeout: Duration,
     state: Mutex<State>,
+    /// Bumped each time the connection task has (re)subscribed every watched channel.
+    ready: watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -62,6 +63,7 @@ impl ReleaseListener {
                 client,
                 connect_timeout,
                 state: Mutex::new(State::default()),
+                ready: watch::Sender::new(0),
             }),
         }
     }
@@ -69,9 +71,14 @@ impl ReleaseListener {
     /// Watches releases of `key`: the returned watch's counter moves on each release
     /// announced by this node. Waits at most the connect timeout for the subscription to be
     /// confirmed; an unconfirmed watch may miss notifications (the fallback delay covers it).
+    ///
+    /// Every `SUBSCRIBE` and `UNSUBSCRIBE` is queued on the connection while the state lock
+    /// is held, so the commands reach the node in the order the registrations changed: a
+    /// channel dropped by one waiter and watched again by the next ends up subscribed.
     pub(crate) async fn watch(&self, key: &str) -> ReleaseWatch {
         let channel = release_channel(key);
-        let (receiver, newly_watched, sink, task_running) = {
+        let mut ready = self.shared.ready.subscribe();
+        let (receiver, subscribing, connected) = {
             let mut state = lock(&self.shared.state);
             let entry = state
                 .channels
@@ -83,22 +90,24 @@ impl ReleaseListener {
             entry.watchers += 1;
             let receiver = entry.notifications.subscribe();
             let newly_watched = entry.watchers == 1;
-            (
-                receiver,
-                newly_watched,
-                state.sink.clone(),
-                state.task.is_some(),
-            )
-        };
-        if !task_running {
-            // The task subscribes to every registered channel once connected, this one too.
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let task = runtime.spawn(run(Arc::downgrade(&self.shared)));
-                lock(&self.shared.state).task = Some(task.abort_handle());
+            let subscribing = match (&state.sink, newly_watched) {
+                (Some(sink), true) => queue(sink.clone(), Subscription::On(vec![channel.clone()])),
+                _ => None,
+            };
+            if state.task.is_none() {
+                // The task subscribes to every registered channel once connected, this one too.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let task = runtime.spawn(run(Arc::downgrade(&self.shared)));
+                    state.task = Some(task.abort_handle());
+                }
             }
-        } else if let (true, Some(mut sink)) = (newly_watched, sink) {
-            let _ =
-                tokio::time::timeout(self.shared.connect_timeout, sink.subscribe(&channel)).await;
+            (receiver, subscribing, state.sink.is_some())
+        };
+        let timeout = self.shared.connect_timeout;
+        if let Some(subscribing) = subscribing {
+            let _ = tokio::time::timeout(timeout, subscribing).await;
+        } else if !connected {
+            let _ = tokio::time::timeout(timeout, ready.changed()).await;
         }
         let registration = Registration {
             shared: Arc::downgrade(&self.shared),
@@ -106,6 +115,27 @@ impl ReleaseListener {
         };
         ReleaseWatch::new(receiver, Box::new(registration))
     }
+}
+
+/// A subscription change for [`queue`].
+enum Subscription {
+    On(Vec<String>),
+    Off(String),
+}
+
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Puts a subscription change on the connection at once (its first poll writes the
+/// command to the connection's queue) and returns what is left: waiting for the reply.
+/// Called with the state lock held, which orders the commands.
+fn queue(mut sink: PubSubSink, change: Subscription) -> Option<Pending> {
+    let mut pending: Pending = Box::pin(async move {
+        let _ = match change {
+            Subscription::On(channels) => sink.subscribe(channels).await,
+            Subscription::Off(channel) => sink.unsubscribe(channel).await,
+        };
+    });
+    pending.as_mut().now_or_never().is_none().then_some(pending)
 }
 
 impl Drop for ReleaseListener {
@@ -128,23 +158,19 @@ impl Drop for Registration {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let sink = {
-            let mut state = lock(&shared.state);
-            let Some(entry) = state.channels.get_mut(&self.channel) else {
-                return;
-            };
-            entry.watchers -= 1;
-            if entry.watchers > 0 {
-                return;
-            }
-            state.channels.remove(&self.channel);
-            state.sink.clone()
+        let mut state = lock(&shared.state);
+        let Some(entry) = state.channels.get_mut(&self.channel) else {
+            return;
         };
-        if let Some(mut sink) = sink {
+        entry.watchers -= 1;
+        if entry.watchers > 0 {
+            return;
+        }
+        state.channels.remove(&self.channel);
+        if let Some(sink) = state.sink.clone() {
+            // Queued under the lock; the reply is not needed.
             let channel = std::mem::take(&mut self.channel);
-            spawn_detached(async move {
-                let _ = sink.unsubscribe(&channel).await;
-            });
+            drop(queue(sink, Subscription::Off(channel)));
         }
     }
 }
@@ -163,15 +189,23 @@ async fn run(shared: Weak<Shared>) {
             tokio::time::sleep(RECONNECT_DELAY).await;
             continue;
         };
-        let (mut sink, mut messages) = pubsub.split();
-        let channels: Vec<String> = {
+        let (sink, mut messages) = pubsub.split();
+        let subscribing = {
             let mut state = lock(&strong.state);
             state.sink = Some(sink.clone());
-            state.channels.keys().cloned().collect()
+            let channels: Vec<String> = state.channels.keys().cloned().collect();
+            if channels.is_empty() {
+                None
+            } else {
+                queue(sink, Subscription::On(channels))
+            }
         };
-        if !channels.is_empty() {
-            let _ = tokio::time::timeout(strong.connect_timeout, sink.subscribe(&channels)).await;
+        if let Some(subscribing) = subscribing {
+            let _ = tokio::time::timeout(strong.connect_timeout, subscribing).await;
         }
+        strong
+            .ready
+            .send_modify(|generation| *generation = generation.wrapping_add(1));
         drop(strong); // hold only the weak reference while idle
         while let Some(message) = messages.next().await {
             let Some(strong) = shared.upgrade() else {
