@@ -160,6 +160,22 @@ impl RedisNode {
             .map_err(node_error)
     }
 
+    /// Runs a script that is safe to repeat (compare-and-delete, compare-and-pexpire, raise
+    /// a counter), once more if the first try found the connection broken. The first command
+    /// after a reset fails without reaching the node while the connection is re-made, and
+    /// an unlock that never arrives would leave our key on that node for a whole TTL.
+    async fn run_repeatable_script(
+        &self,
+        script: &Script,
+        keys: &[Arc<str>],
+        args: &[&str],
+    ) -> Result<u64, NodeError> {
+        match self.run_script(script, keys, args).await {
+            Err(NodeError::Connection(_)) => self.run_script(script, keys, args).await,
+            result => result,
+        }
+    }
+
     /// The values of `keys` (`GET` for one, `MGET` for several).
     async fn values(&self, keys: &[Arc<str>]) -> Result<Vec<Option<String>>, NodeError> {
         let mut connection = self.connection.clone();
@@ -243,7 +259,7 @@ impl LockNode for RedisNode {
                 ""
             };
             let all = self
-                .run_script(&self.unlock, keys, &[token.as_str(), channel_prefix])
+                .run_repeatable_script(&self.unlock, keys, &[token.as_str(), channel_prefix])
                 .await?;
             Ok(all == 1)
         }
@@ -259,7 +275,7 @@ impl LockNode for RedisNode {
         async move {
             let ttl = millis(ttl).to_string();
             let extended = self
-                .run_script(&self.extend, keys, &[token.as_str(), &ttl])
+                .run_repeatable_script(&self.extend, keys, &[token.as_str(), &ttl])
                 .await?;
             Ok(extended == 1)
         }
@@ -300,7 +316,7 @@ impl LockNode for RedisNode {
         value: u64,
     ) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
-            self.run_script(&self.raise_counter, keys, &[&value.to_string()])
+            self.run_repeatable_script(&self.raise_counter, keys, &[&value.to_string()])
                 .await
         }
         .boxed()
