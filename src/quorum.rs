@@ -8,7 +8,7 @@
 //! Time comes from `tokio::time::Instant`, a monotonic clock that tokio lets tests pause
 //! and advance, so the same code runs on a simulated timeline.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -171,7 +171,7 @@ impl Coordinator {
                     .with_fencing_token(fencing_token);
                 let guard = LockGuard::new(lease);
                 if !in_flight.is_empty() {
-                    let lease = Arc::downgrade(guard.lease());
+                    let lease = Arc::clone(guard.lease());
                     spawn_detached(Arc::clone(self).finish_stragglers(in_flight, lease));
                 }
                 return Ok(guard);
@@ -201,20 +201,19 @@ impl Coordinator {
     /// ends up on every node that answers, not on a bare quorum. A `SET` that lands after
     /// the lease was released (a node still connecting, its request queued behind the
     /// release) is undone on that node.
-    async fn finish_stragglers(self: Arc<Self>, mut in_flight: InFlight, lease: Weak<Lease>) {
+    ///
+    /// It holds the lease itself, not a weak reference: a guard released with
+    /// `release().await` is gone by the time such a late `SET` lands, and the `SET` must
+    /// still be undone. A guard dropped with `auto_release` off never ends its lease, so its
+    /// late `SET`s stay, like the rest of its keys, until the TTL.
+    async fn finish_stragglers(self: Arc<Self>, mut in_flight: InFlight, lease: Arc<Lease>) {
         while let Some((index, reply, _)) = in_flight.next().await {
-            if !matches!(reply, Ok(true)) {
+            if !matches!(reply, Ok(true)) || lease.state().end.is_none() {
                 continue;
             }
-            let (keys, token) = match lease.upgrade() {
-                Some(lease) if lease.state().end.is_none() => continue,
-                Some(lease) => (Arc::clone(&lease.keys), lease.token.clone()),
-                // The guard is gone: released in the background, or left to expire.
-                None => continue,
-            };
             let node = Arc::clone(&self.nodes[index]);
             let timeout = self.config.node_timeout();
-            let _ = tokio::time::timeout(timeout, node.unlock(&keys, &token)).await;
+            let _ = tokio::time::timeout(timeout, node.unlock(&lease.keys, &lease.token)).await;
         }
     }
 
