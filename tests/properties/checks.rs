@@ -588,7 +588,7 @@ pub fn fencing_tokens_increase(trace: &Trace) -> Verdict {
             }
         }
     }
-    let mut by_resource: BTreeMap<&str, Vec<(Instant, u64, usize)>> = BTreeMap::new();
+    let mut by_resource: BTreeMap<&str, Vec<(Instant, u64, usize, u64)>> = BTreeMap::new();
     for (attempt, grant) in granted(trace) {
         let fenced = trace.config.fencing();
         match grant.fencing_token {
@@ -596,6 +596,7 @@ pub fn fencing_tokens_increase(trace: &Trace) -> Verdict {
                 attempt.returned,
                 token,
                 attempt.client,
+                attempt.returned_seq,
             )),
             None if !fenced => {}
             other => {
@@ -606,9 +607,11 @@ pub fn fencing_tokens_increase(trace: &Trace) -> Verdict {
         }
     }
     for (resource, mut grants) in by_resource {
-        grants.sort_by_key(|(returned, _, _)| *returned);
+        // By the order of the returns, not their instants: on the virtual clock several
+        // holders can come and go within one instant.
+        grants.sort_by_key(|(_, _, _, seq)| *seq);
         for pair in grants.windows(2) {
-            let ((first_at, first, first_client), (next_at, next, next_client)) =
+            let ((first_at, first, first_client, _), (next_at, next, next_client, _)) =
                 (pair[0], pair[1]);
             if next <= first {
                 return Err(format!(

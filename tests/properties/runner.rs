@@ -32,6 +32,10 @@ pub struct Trace {
     pub log: Vec<(usize, OpRecord)>,
 }
 
+/// Numbers the returns of attempts in the order they happen (each simulation runs on one
+/// thread, so increments happen in real order; the numbers only need to be increasing).
+static RETURN_ORDER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// One call of `try_acquire` or `acquire`, and what the holder then did.
 #[derive(Debug)]
 pub struct Attempt {
@@ -47,6 +51,9 @@ pub struct Attempt {
     pub called: Instant,
     /// When it returned, or was abandoned.
     pub returned: Instant,
+    /// The order in which attempts returned, across all clients: on a virtual clock several
+    /// attempts can return at the same instant, and only this tells which came first.
+    pub returned_seq: u64,
     /// How it ended.
     pub result: AttemptResult,
     /// What the holder did with the lock, in order.
@@ -266,6 +273,7 @@ async fn run_client(
             blocking: session.blocking,
             called,
             returned,
+            returned_seq: RETURN_ORDER.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
             result: AttemptResult::Cancelled,
             events: Vec::new(),
         };
