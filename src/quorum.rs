@@ -135,8 +135,14 @@ impl Coordinator {
         self: &Arc<Self>,
         resources: &[&str],
     ) -> Result<LockGuard, LockError> {
-        let Resources { name, keys } = Resources::new(&self.config, resources)?;
-        let resource = name.as_str();
+        let resources = Resources::new(&self.config, resources)?;
+        self.attempt(&resources).await
+    }
+
+    /// One round over already validated resources; see [`try_acquire`](Self::try_acquire).
+    async fn attempt(self: &Arc<Self>, resources: &Resources) -> Result<LockGuard, LockError> {
+        let resource = resources.name.as_str();
+        let keys = Arc::clone(&resources.keys);
         let token = LockToken::generate();
         // If this future is dropped mid-round, the nodes that said yes are unlocked in the
         // background instead of holding the key for a whole TTL.
@@ -326,17 +332,18 @@ impl Coordinator {
         deadline: Option<Instant>,
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
+        let validated = Resources::new(&self.config, resources)?;
+        let keys = &validated.keys;
         let timed_out = |last: Option<LockError>| LockError::TimedOut {
-            resource: resources.join(" + "),
+            resource: validated.name.clone(),
             waited: started.elapsed(),
             last: last.map(Box::new),
         };
-        let Resources { keys, .. } = Resources::new(&self.config, resources)?;
         // Blocking acquisitions of the same resources in this process take turns, so they
         // never split each other's votes; the turn ends when this function returns.
         let _turn = match deadline {
-            None => self.queues.turn(&keys).await,
-            Some(deadline) => tokio::time::timeout_at(deadline, self.queues.turn(&keys))
+            None => self.queues.turn(keys).await,
+            Some(deadline) => tokio::time::timeout_at(deadline, self.queues.turn(keys))
                 .await
                 .map_err(|_| timed_out(None))?,
         };
@@ -351,8 +358,8 @@ impl Coordinator {
             }
             let attempt_started = Instant::now();
             let attempt = match deadline {
-                None => self.try_acquire(resources).await,
-                Some(deadline) => tokio::time::timeout_at(deadline, self.try_acquire(resources))
+                None => self.attempt(&validated).await,
+                Some(deadline) => tokio::time::timeout_at(deadline, self.attempt(&validated))
                     .await
                     .unwrap_or_else(|_| Err(timed_out(last_error.take()))),
             };
