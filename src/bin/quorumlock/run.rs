@@ -247,7 +247,9 @@ async fn supervise(
                 if let OnLost::Signal(signal) = args.on_lost {
                     send(signal, "the lock was lost");
                     if signal != Signal::KILL {
-                        kill_at = Some(Instant::now() + args.kill_after);
+                        // Checked like every deadline: a --kill-after too large to
+                        // represent means never escalating to KILL, not a panic.
+                        kill_at = Instant::now().checked_add(args.kill_after);
                     }
                 }
                 lost_end = Some(end);
