@@ -15,6 +15,7 @@
 mod clients;
 mod memory;
 mod plot;
+mod results_doc;
 mod stats;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,7 @@ struct Options {
     docs: Option<PathBuf>,
     criterion: Option<PathBuf>,
     only: Option<Vec<String>>,
+    self_test: bool,
     locks: usize,
     memory_ttl: Duration,
     op_timeout: Duration,
@@ -68,6 +70,7 @@ impl Options {
             docs: None,
             criterion: None,
             only: None,
+            self_test: false,
             locks: 10_000,
             memory_ttl: Duration::from_secs(10),
             op_timeout: Duration::from_secs(5),
@@ -97,6 +100,7 @@ impl Options {
                 "--only" => {
                     options.only = Some(value("--only")?.split(',').map(str::to_owned).collect());
                 }
+                "--self-test" => options.self_test = true,
                 "--locks" => {
                     options.locks = value("--locks")?
                         .parse()
@@ -106,7 +110,8 @@ impl Options {
                     println!(
                         "options: --smoke | --reps N | --scale X (run windows) | --plots DIR | \
                          --docs FILE (rewrite its results section) | --criterion DIR (add micro results) | \
-                         --only s1,s3,mem | --locks N"
+                         --only s1,s3,mem | --locks N | \
+                         --self-test (check the results writer and docs/benchmarks.md, then exit)"
                     );
                     std::process::exit(0);
                 }
@@ -232,6 +237,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The results writer's tests, and the document it will rewrite (a smoke run: the
+    // repository's), before anything is measured.
+    let doc = options
+        .docs
+        .as_deref()
+        .or((options.smoke || options.self_test).then(results_doc::repo_doc));
+    if let Err(err) = results_doc::check(doc) {
+        eprintln!("FAILED: {err}");
+        return ExitCode::FAILURE;
+    }
+    if options.self_test {
+        println!("scenarios: self-test passed");
+        return ExitCode::SUCCESS;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -387,7 +406,7 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         draw_plots(dir, &results);
     }
     if let Some(docs) = &options.docs {
-        match write_results(docs, &tables) {
+        match results_doc::write(docs, &tables) {
             Ok(()) => println!("results written to {}", docs.display()),
             Err(err) => failures.push(format!("writing {}: {err}", docs.display())),
         }
@@ -1082,24 +1101,6 @@ fn median_estimate(json: &str) -> Option<f64> {
     let rest = rest.trim_start_matches([':', ' ']);
     let end = rest.find([',', '}']).unwrap_or(rest.len());
     rest[..end].trim().parse().ok()
-}
-
-const BEGIN: &str = "<!-- BEGIN RESULTS (written by benches/scenarios, do not edit) -->";
-const END: &str = "<!-- END RESULTS -->";
-
-fn write_results(path: &Path, tables: &str) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let (start, end) = match (text.find(BEGIN), text.find(END)) {
-        (Some(start), Some(end)) if start < end => (start + BEGIN.len(), end),
-        _ => return Err(format!("markers {BEGIN:?} and {END:?} not found")),
-    };
-    let updated = format!(
-        "{}\n{}\n{}",
-        &text[..start],
-        tables.trim_end(),
-        &text[end..]
-    );
-    std::fs::write(path, updated).map_err(|e| e.to_string())
 }
 
 fn draw_plots(dir: &Path, results: &Results) {
