@@ -19,6 +19,9 @@ pub enum Contender {
     Rslock,
     /// The same Redis commands sent by hand with redis-rs: the floor.
     Floor,
+    /// No lock at all: acquire and release do nothing. A reference, not a contender: in
+    /// the contended scenario it measures what the work under the lock alone can reach.
+    NoLock,
 }
 
 impl Contender {
@@ -27,6 +30,7 @@ impl Contender {
             Contender::Quorumlock => "quorumlock",
             Contender::Rslock => "rslock",
             Contender::Floor => "floor",
+            Contender::NoLock => "no-lock",
         }
     }
 }
@@ -40,6 +44,7 @@ pub enum Client {
         ttl: Duration,
     },
     Floor(Floor),
+    NoLock,
 }
 
 /// A held lock of any contender.
@@ -47,6 +52,8 @@ pub enum Held {
     Guard(LockGuard),
     Rslock(rslock::Lock),
     Floor(FloorLock),
+    /// What `Client::NoLock` "holds".
+    Nothing,
 }
 
 impl Client {
@@ -74,6 +81,7 @@ impl Client {
                     .await
                     .expect("floor connects"),
             ),
+            Contender::NoLock => Client::NoLock,
         }
     }
 
@@ -97,6 +105,7 @@ impl Client {
                 .map(Held::Rslock)
                 .map_err(|err| err.to_string()),
             Client::Floor(floor) => floor.lock(resource).await.map(Held::Floor),
+            Client::NoLock => Ok(Held::Nothing),
         }
     }
 
@@ -110,6 +119,7 @@ impl Client {
                 Ok(())
             }
             (Client::Floor(floor), Held::Floor(lock)) => floor.unlock(lock).await,
+            (Client::NoLock, Held::Nothing) => Ok(()),
             _ => Err("a lock released through another client".to_owned()),
         }
     }
@@ -119,7 +129,7 @@ impl Client {
         match self {
             Client::Redlock(lock) => Some(lock.metrics()),
             Client::Single(lock) => Some(lock.metrics()),
-            Client::Rslock { .. } | Client::Floor(_) => None,
+            Client::Rslock { .. } | Client::Floor(_) | Client::NoLock => None,
         }
     }
 

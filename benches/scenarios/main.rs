@@ -52,6 +52,8 @@ struct Options {
     docs: Option<PathBuf>,
     criterion: Option<PathBuf>,
     only: Option<Vec<String>>,
+    /// Run only these contenders (by label), e.g. to profile one of them.
+    contenders: Option<Vec<String>>,
     self_test: bool,
     locks: usize,
     memory_ttl: Duration,
@@ -70,6 +72,7 @@ impl Options {
             docs: None,
             criterion: None,
             only: None,
+            contenders: None,
             self_test: false,
             locks: 10_000,
             memory_ttl: Duration::from_secs(10),
@@ -100,6 +103,14 @@ impl Options {
                 "--only" => {
                     options.only = Some(value("--only")?.split(',').map(str::to_owned).collect());
                 }
+                "--contenders" => {
+                    options.contenders = Some(
+                        value("--contenders")?
+                            .split(',')
+                            .map(str::to_owned)
+                            .collect(),
+                    );
+                }
                 "--self-test" => options.self_test = true,
                 "--locks" => {
                     options.locks = value("--locks")?
@@ -110,7 +121,7 @@ impl Options {
                     println!(
                         "options: --smoke | --reps N | --scale X (run windows) | --plots DIR | \
                          --docs FILE (rewrite its results section) | --criterion DIR (add micro results) | \
-                         --only s1,s3,mem | --locks N | \
+                         --only s1,s3,mem | --contenders quorumlock,rslock,floor,no-lock | --locks N | \
                          --self-test (check the results writer and docs/benchmarks.md, then exit)"
                     );
                     std::process::exit(0);
@@ -141,6 +152,12 @@ impl Options {
             .is_none_or(|only| only.iter().any(|o| o == id))
     }
 
+    fn runs(&self, contender: Contender) -> bool {
+        self.contenders
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|c| c == contender.label()))
+    }
+
     fn window(&self, full: Duration) -> Duration {
         full.mul_f64(self.scale).max(Duration::from_millis(30))
     }
@@ -163,7 +180,7 @@ enum Load {
     /// `tasks` tasks, each acquiring and releasing a fresh resource in a loop.
     Cycles { tasks: usize },
     /// `tasks` clients contending for one lock, each doing a read-modify-write of a counter
-    /// under it.
+    /// under it (`Contender::NoLock`: one client, with no lock, the ceiling).
     Contended { tasks: usize },
 }
 
@@ -199,7 +216,8 @@ const SCENARIOS: &[Scenario] = &[
         nodes: Nodes::All,
         load: Load::Contended { tasks: 8 },
         window: Duration::from_millis(2_000),
-        contenders: &[Contender::Quorumlock, Contender::Rslock],
+        // No lock: the ceiling, one client doing the same GET + SET with no lock at all.
+        contenders: &[Contender::Quorumlock, Contender::Rslock, Contender::NoLock],
     },
     Scenario {
         id: "s4",
@@ -313,7 +331,12 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
             Nodes::Single => vec![direct[0].clone()],
         };
         for rep in 0..options.reps {
-            let mut order = scenario.contenders.to_vec();
+            let mut order: Vec<Contender> = scenario
+                .contenders
+                .iter()
+                .copied()
+                .filter(|&c| options.runs(c))
+                .collect();
             if rep % 2 == 1 {
                 order.reverse();
             }
@@ -509,6 +532,12 @@ async fn run_one(
             run
         }
         Load::Contended { tasks } => {
+            // Without a lock, clients would race on the counter: the ceiling is one client.
+            let tasks = if contender == Contender::NoLock {
+                1
+            } else {
+                tasks
+            };
             let mut clients = Vec::with_capacity(tasks);
             for _ in 0..tasks {
                 let client = Client::connect(contender, urls, &config).await;
@@ -616,7 +645,8 @@ async fn run_cycles(
 
 /// Each client (its own connections, like a separate process) loops: acquire the shared
 /// lock (blocking), read the counter, write it back plus one, release. Records the wait for
-/// the lock; checks at the end that the counter equals the number of increments.
+/// the lock (nothing for `Client::NoLock`, which has no wait); checks at the end that the
+/// counter equals the number of increments.
 async fn run_contended(
     clients: Vec<Arc<Client>>,
     counter: redis::aio::MultiplexedConnection,
@@ -639,6 +669,7 @@ async fn run_contended(
             let mut counter = counter.clone();
             let increments = Arc::clone(&increments);
             tokio::spawn(async move {
+                let waits = !matches!(*client, Client::NoLock);
                 let mut hist = stats::histogram();
                 let (mut ops, mut errors) = (0u64, 0u64);
                 let mut outcome = Outcome::Completed;
@@ -656,7 +687,9 @@ async fn run_contended(
                                 break;
                             }
                         };
-                    stats::record(&mut hist, t0.elapsed());
+                    if waits {
+                        stats::record(&mut hist, t0.elapsed());
+                    }
                     let value: i64 = counter.get(&counter_key).await.expect("GET counter");
                     let () = counter
                         .set(&counter_key, value + 1)
@@ -863,6 +896,15 @@ impl Report<'_> {
                 self.ratio("s3", Contender::Rslock, ops),
                 10.0,
             ),
+            Target {
+                what: "3. reference: 10x rslock's ops/s vs the no-lock ceiling",
+                goal: "≤ 1x, or 10x is unreachable",
+                value: self.ten_rslock_vs_ceiling(),
+                met: None,
+                shown: self
+                    .ten_rslock_vs_ceiling()
+                    .map_or("–".to_owned(), |v| format!("{v:.2}x")),
+            },
             at_most(
                 "3. wait p99 vs rslock",
                 "≤ 0.10x",
@@ -886,6 +928,34 @@ impl Report<'_> {
                 1.15,
             ),
         ]
+    }
+
+    /// Scenario 3: ten times rslock's rate over the no-lock ceiling's, the median of the
+    /// per-repetition ratios (the runs of one repetition are back to back).
+    fn ten_rslock_vs_ceiling(&self) -> Option<f64> {
+        stats::paired_ratio(
+            self.runs("s3", Contender::Rslock),
+            self.runs("s3", Contender::NoLock),
+            |run| Some(run.ops_per_sec()),
+        )
+        .map(|ratio| 10.0 * ratio)
+    }
+
+    /// What the 10x target of scenario 3 asks, against the ceiling measured in this run.
+    fn ceiling_note(&self) -> Option<String> {
+        let ceiling = Summary::of(self.runs("s3", Contender::NoLock)).ops_per_sec?;
+        let rslock = Summary::of(self.runs("s3", Contender::Rslock)).ops_per_sec?;
+        let ratio = self.ten_rslock_vs_ceiling()?;
+        Some(format!(
+            "Scenario 3's ceiling, measured in this run: one client doing the same GET + SET \
+             on node 0 with no lock at all, {}. Ten times rslock's rate, 10 x {} = {}, is \
+             {ratio:.2}x that ceiling (median of per-repetition ratios): the 10x target is {} \
+             what the counter's two round trips allow without any lock.",
+            fmt_rate(Some(ceiling)),
+            fmt_rate(Some(rslock)),
+            fmt_rate(Some(10.0 * rslock)),
+            if ratio > 1.0 { "above" } else { "within" },
+        ))
     }
 
     fn markdown(&self) -> String {
@@ -925,6 +995,9 @@ impl Report<'_> {
                 target.what, target.goal, target.shown, met
             );
         }
+        if let Some(note) = self.ceiling_note() {
+            let _ = writeln!(out, "\n{note}");
+        }
 
         let _ = writeln!(
             out,
@@ -956,7 +1029,13 @@ impl Report<'_> {
                         summary.reps
                     ));
                 }
-                if let Load::Contended { .. } = scenario.load {
+                if contender == Contender::NoLock {
+                    notes.push(
+                        "reference, not a lock: one client, GET + SET of the counter with no \
+                         lock, the ceiling of the locked rate"
+                            .to_owned(),
+                    );
+                } else if let Load::Contended { .. } = scenario.load {
                     let least = stats::median(runs.iter().map(|run| Some(run.per_task.0 as f64)));
                     let most = stats::median(runs.iter().map(|run| Some(run.per_task.1 as f64)));
                     if let (Some(least), Some(most)) = (least, most) {
@@ -985,6 +1064,7 @@ impl Report<'_> {
                     (Nodes::Single, Contender::Quorumlock) => "quorumlock (RedisLock)",
                     (Nodes::Single, Contender::Floor) => "floor (1 node)",
                     (Nodes::Single, Contender::Rslock) => "rslock (1 node)",
+                    (_, Contender::NoLock) => "no lock (ceiling)",
                     (_, c) => c.label(),
                 };
                 let _ = writeln!(
@@ -1011,7 +1091,7 @@ impl Report<'_> {
         let _ = writeln!(
             out,
             "\nScenario 3's p50/p99 are the wait for the lock (from calling acquire to holding it); \
-             the other scenarios' are one acquire+release cycle."
+             its no-lock row has no wait; the other scenarios' are one acquire+release cycle."
         );
 
         if let Some(memory) = self.memory {
@@ -1121,6 +1201,8 @@ fn draw_plots(dir: &Path, results: &Results) {
                     .get(&(scenario.id, c))
                     .map(|runs| (c, stats::merged(runs)))
             })
+            // The no-lock reference records no latency.
+            .filter(|(_, hist)| !hist.is_empty())
             .collect();
         if merged.is_empty() {
             continue;
