@@ -25,6 +25,7 @@ use crate::resource::Resources;
 /// | [`node_timeout`](Self::node_timeout) | 50 ms | how long one node may take to answer one command |
 /// | [`key_prefix`](Self::key_prefix) | none | prepended to the resource name to form the Redis key |
 /// | [`notify_releases`](Self::notify_releases) | `true` | releases are announced over pub/sub, and blocking acquires wait for them |
+/// | [`fair`](Self::fair) | `true` | blocking acquires of a contended lock queue on the nodes and get it first come, first served |
 /// | [`fencing`](Self::fencing) | `false` | every acquisition mints a fencing token (two more rounds) |
 ///
 /// # Examples
@@ -56,6 +57,7 @@ pub struct LockConfig {
     node_timeout: Duration,
     key_prefix: Option<String>,
     notify_releases: bool,
+    fair: bool,
     fencing: bool,
 }
 
@@ -167,6 +169,17 @@ impl LockConfig {
         self.notify_releases
     }
 
+    /// Whether blocking acquires of a contended lock wait in line on the nodes (see
+    /// [`QueuePlace`](crate::node::QueuePlace)): each release reserves the lock for the
+    /// waiter that came first, so no waiter starves and the holder that just released
+    /// cannot take it straight back. Off, waiters race for each release, as with other
+    /// Redlock clients. Either way the lock's safety is the same; only who goes next
+    /// differs. Non-blocking attempts never queue, and never take a lock reserved for a
+    /// waiter.
+    pub fn fair(&self) -> bool {
+        self.fair
+    }
+
     /// Whether each acquisition mints a fencing token, strictly increasing per resource
     /// across holders; see [`crate::fencing`]. It costs two more rounds per acquisition.
     pub fn fencing(&self) -> bool {
@@ -272,6 +285,7 @@ impl Default for LockConfig {
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
             key_prefix: None,
             notify_releases: true,
+            fair: true,
             fencing: false,
         }
     }
@@ -349,6 +363,12 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets whether blocking acquires wait in line on the nodes; see [`LockConfig::fair`].
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.config.fair = fair;
+        self
+    }
+
     /// Sets whether each acquisition mints a fencing token.
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.config.fencing = fencing;
@@ -383,6 +403,7 @@ mod tests {
         assert_eq!(config.node_timeout(), ms(50));
         assert_eq!(config.key_prefix(), None);
         assert!(config.notify_releases());
+        assert!(config.fair());
         assert!(!config.fencing());
         assert_eq!(LockConfig::builder().build(), Ok(config));
     }

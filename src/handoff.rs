@@ -1,15 +1,20 @@
 //! Fast hand-off: a blocking acquire that lost to another holder waits for that holder's
-//! release to be announced, instead of sleeping out its whole retry delay.
+//! release to be announced, instead of sleeping out its whole retry delay; with a fair lock,
+//! for the release that reserves the lock for it (see [`QueuePlace`]).
+//!
+//! [`QueuePlace`]: crate::node::QueuePlace
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FusedFuture};
 use futures::stream::FuturesUnordered;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use rand::Rng;
+use tokio::time::Instant;
 
-use crate::node::{LockNode, ReleaseWatch};
+use crate::node::{Announcement, LockNode, ReleaseWatch};
 use crate::resource::Keys;
 
 /// After a hand-off wake-up, each waiter pauses a random moment before its attempt, so
@@ -21,7 +26,9 @@ use crate::resource::Keys;
 /// they take turns, see [`LocalQueues`].)
 const MAX_WAKE_SPREAD: Duration = Duration::from_millis(50);
 
-/// The release announcements of one key on every node that can announce them.
+/// Release announcements from every node that can make them: of one key (for waiters that
+/// race), or of the keys reserved for one client's queued waiters (for waiters in line).
+#[derive(Clone)]
 pub(crate) struct ReleaseWatches {
     watches: Vec<ReleaseWatch>,
     /// How many nodes must announce a release before waiters wake: the lock's quorum (or
@@ -31,15 +38,33 @@ pub(crate) struct ReleaseWatches {
 }
 
 impl ReleaseWatches {
-    /// Starts watching `key` on every node at once; `None` when no node announces releases.
+    /// Starts watching releases of `key` on every node at once; `None` when no node
+    /// announces releases.
     pub(crate) async fn start(
         nodes: &[Arc<dyn LockNode>],
         key: &str,
         quorum: usize,
     ) -> Option<Self> {
-        let watches: Vec<ReleaseWatch> = nodes
-            .iter()
-            .map(|node| node.watch_releases(key))
+        let watches = nodes.iter().map(|node| node.watch_releases(key));
+        Self::gather(watches, quorum).await
+    }
+
+    /// Starts watching, on every node at once, the keys reserved for the queued waiters of
+    /// `client`; `None` when no node announces them.
+    pub(crate) async fn start_reservations(
+        nodes: &[Arc<dyn LockNode>],
+        client: &str,
+        quorum: usize,
+    ) -> Option<Self> {
+        let watches = nodes.iter().map(|node| node.watch_reservations(client));
+        Self::gather(watches, quorum).await
+    }
+
+    async fn gather<'a>(
+        watches: impl Iterator<Item = BoxFuture<'a, Option<ReleaseWatch>>>,
+        quorum: usize,
+    ) -> Option<Self> {
+        let watches: Vec<ReleaseWatch> = watches
             .collect::<FuturesUnordered<_>>()
             .filter_map(|watch| async move { watch })
             .collect()
@@ -56,21 +81,21 @@ impl ReleaseWatches {
         self.watches.iter_mut().for_each(ReleaseWatch::mark_seen);
     }
 
-    /// Waits until enough nodes announced a release since the last [`mark_seen`], then a
-    /// random spread up to `round` (the last round's duration) doubled `collisions` times;
-    /// or until `fallback` passed, whichever comes first.
-    ///
-    /// [`mark_seen`]: Self::mark_seen
-    pub(crate) async fn wait(&self, fallback: Duration, round: Duration, collisions: u32) {
-        let mut announcements: FuturesUnordered<_> = self
-            .watches
-            .iter()
-            .map(ReleaseWatch::next_release)
-            .collect();
-        let needed = self.needed;
-        let released = async move {
-            for _ in 0..needed {
-                announcements.next().await;
+    /// Waits until enough nodes announced the key free since the last
+    /// [`mark_seen`](Self::mark_seen), then a random spread up to `round` (the last round's
+    /// duration) doubled `collisions` times, so that the waiters woken together do not
+    /// split the votes; or until `fallback` passed, whichever comes first.
+    pub(crate) async fn wait(&mut self, fallback: Duration, round: Duration, collisions: u32) {
+        let released = async {
+            loop {
+                let releases = self.next_releases().await;
+                // A key reserved for a queued waiter is not free: keep waiting.
+                if releases
+                    .iter()
+                    .any(|(_, announced)| announced.next_waiter.is_none())
+                {
+                    return;
+                }
             }
         };
         tokio::select! {
@@ -84,6 +109,69 @@ impl ReleaseWatches {
             }
         }
     }
+
+    /// Waits until the lock is reserved for `waiter`: by `needed` nodes, or by one and then
+    /// `grace` passed (the other nodes' releases are on their way, sent at the same moment);
+    /// or until `fallback` passed. Announcements that arrived since these watches were
+    /// made count, so a reservation made during the last attempt is not missed.
+    pub(crate) async fn wait_for_turn(
+        &mut self,
+        fallback: Duration,
+        grace: Duration,
+        waiter: &str,
+    ) {
+        let give_up = tokio::time::sleep(fallback);
+        tokio::pin!(give_up);
+        let grace_over = futures::future::Fuse::terminated();
+        tokio::pin!(grace_over);
+        let mut reserved_by = vec![false; self.watches.len()];
+        loop {
+            let mut next: FuturesUnordered<_> = self
+                .watches
+                .iter_mut()
+                .enumerate()
+                .map(|(index, watch)| async move { (index, watch.next_release().await) })
+                .collect();
+            let (index, announced) = tokio::select! {
+                () = &mut give_up => return,
+                () = &mut grace_over => return,
+                Some(release) = next.next() => release,
+            };
+            // None: announcements were missed; one of them may have been ours.
+            let ours = announced
+                .next_waiter
+                .as_deref()
+                .is_none_or(|named| named == waiter);
+            if ours {
+                reserved_by[index] = true;
+                if reserved_by.iter().filter(|&&reserved| reserved).count() >= self.needed {
+                    return;
+                }
+                if grace_over.is_terminated() {
+                    grace_over.set(tokio::time::sleep(grace).fuse());
+                }
+            }
+        }
+    }
+
+    /// The next announcement of `needed` different nodes, each with its watch's index.
+    async fn next_releases(&mut self) -> Vec<(usize, Announcement)> {
+        let needed = self.needed;
+        let mut announcements: FuturesUnordered<_> = self
+            .watches
+            .iter_mut()
+            .enumerate()
+            .map(|(index, watch)| async move { (index, watch.next_release().await) })
+            .collect();
+        let mut releases = Vec::with_capacity(needed);
+        while releases.len() < needed {
+            match announcements.next().await {
+                Some(release) => releases.push(release),
+                None => std::future::pending().await,
+            }
+        }
+        releases
+    }
 }
 
 /// Blocking acquisitions of the same resources in one process take turns, first come first
@@ -93,9 +181,35 @@ impl ReleaseWatches {
 #[derive(Default)]
 pub(crate) struct LocalQueues {
     queues: Mutex<HashMap<Keys, Arc<tokio::sync::Mutex<()>>>>,
+    /// When this process last found each key held: a blocking acquire of a key found held
+    /// within [`CONTENTION_MEMORY`] expects to wait, and queues on its first attempt.
+    contended: Mutex<HashMap<Keys, Instant>>,
 }
 
+/// How long a key found held counts as contended; see [`LocalQueues::recently_contended`].
+const CONTENTION_MEMORY: Duration = Duration::from_secs(1);
+
+/// Above this many remembered keys, the ones no longer contended are forgotten.
+const CONTENTION_KEYS_KEPT: usize = 1024;
+
 impl LocalQueues {
+    /// Remembers that `keys` were just found held.
+    pub(crate) fn note_contended(&self, keys: &Keys) {
+        let mut contended = lock(&self.contended);
+        let now = Instant::now();
+        if contended.len() >= CONTENTION_KEYS_KEPT {
+            contended.retain(|_, seen| now.saturating_duration_since(*seen) < CONTENTION_MEMORY);
+        }
+        contended.insert(Arc::clone(keys), now);
+    }
+
+    /// Whether `keys` were found held within the last [`CONTENTION_MEMORY`].
+    pub(crate) fn recently_contended(&self, keys: &Keys) -> bool {
+        lock(&self.contended)
+            .get(keys)
+            .is_some_and(|seen| seen.elapsed() < CONTENTION_MEMORY)
+    }
+
     /// Waits for this process's turn to contend for `keys`.
     pub(crate) async fn turn(self: &Arc<Self>, keys: &Keys) -> LocalTurn {
         let queue = Arc::clone(lock(&self.queues).entry(Arc::clone(keys)).or_default());

@@ -23,7 +23,7 @@ use crate::guard::LockGuard;
 use crate::handoff::{LocalQueues, ReleaseWatches};
 use crate::lease::Lease;
 use crate::metrics::Counters;
-use crate::node::LockNode;
+use crate::node::{LockNode, QueuePlace};
 use crate::resource::{Keys, Resources};
 use crate::retry::retry_wait;
 use crate::token::LockToken;
@@ -36,14 +36,20 @@ pub(crate) struct Coordinator {
     nodes: NodeSet,
     counters: Arc<Counters>,
     queues: Arc<LocalQueues>,
+    /// This client's id in the nodes' queues: the nodes announce the keys they reserve for
+    /// its waiters on a channel of its own (see [`QueuePlace::waiter`]).
+    client: Arc<str>,
+    /// The announcements of those reservations, watched from the first queued wait on.
+    reservations: Arc<tokio::sync::OnceCell<Option<ReleaseWatches>>>,
     config: LockConfig,
     quorum: usize,
 }
 
 /// The command a round sends to every node.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Command {
     Lock(Duration),
+    LockQueued(Duration, Arc<QueuePlace>),
     Unlock,
     Extend(Duration),
     Holds,
@@ -56,6 +62,17 @@ enum Wait {
     UntilDecided,
     /// Until every node answered or timed out.
     ForEveryNode,
+}
+
+/// What one node answered to a lock request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// It took our keys.
+    Granted,
+    /// It answered no, and took nothing.
+    Refused,
+    /// It failed or did not answer in time: it may or may not have taken them.
+    Failed,
 }
 
 /// A node's index, its answer, and how long it took.
@@ -91,6 +108,8 @@ impl Coordinator {
             nodes: nodes.into(),
             counters: Arc::default(),
             queues: Arc::default(),
+            client: LockToken::generate().as_str().into(),
+            reservations: Arc::default(),
             config,
             quorum,
         })
@@ -102,6 +121,8 @@ impl Coordinator {
             nodes: Arc::clone(&self.nodes),
             counters: Arc::clone(&self.counters),
             queues: Arc::clone(&self.queues),
+            client: Arc::clone(&self.client),
+            reservations: Arc::clone(&self.reservations),
             config,
             quorum: self.quorum,
         }
@@ -136,30 +157,47 @@ impl Coordinator {
         resources: &[&str],
     ) -> Result<LockGuard, LockError> {
         let resources = Resources::new(&self.config, resources)?;
-        self.attempt(&resources).await
+        self.attempt(&resources, None).await
     }
 
     /// One round over already validated resources; see [`try_acquire`](Self::try_acquire).
-    async fn attempt(self: &Arc<Self>, resources: &Resources) -> Result<LockGuard, LockError> {
+    /// With a `place`, the attempt is a queued waiter's (see [`QueuePlace`]).
+    async fn attempt(
+        self: &Arc<Self>,
+        resources: &Resources,
+        place: Option<&Arc<QueuePlace>>,
+    ) -> Result<LockGuard, LockError> {
         let resource = resources.name.as_str();
         let keys = Arc::clone(&resources.keys);
         let token = LockToken::generate();
+        let waiter = place.map(|place| place.waiter.clone());
         // If this future is dropped mid-round, the nodes that said yes are unlocked in the
-        // background instead of holding the key for a whole TTL.
-        let mut cleanup = UnlockOnDrop::new(Arc::clone(self), Arc::clone(&keys), token.clone());
+        // background instead of holding the key for a whole TTL (and the waiter leaves the
+        // queues after that, so no request of this round can queue it again).
+        let mut cleanup = UnlockOnDrop::new(
+            Arc::clone(self),
+            Arc::clone(&keys),
+            token.clone(),
+            waiter.clone(),
+        );
 
         Counters::bump(&self.counters.attempts);
         let started = Instant::now();
         let ttl = self.config.ttl();
-        let mut in_flight = self.send(Command::Lock(ttl), &keys, &token);
+        let command = match place {
+            Some(place) => Command::LockQueued(ttl, Arc::clone(place)),
+            None => Command::Lock(ttl),
+        };
+        let mut in_flight = self.send(command, &keys, &token);
         let mut tally = self.empty_tally();
-        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided)
+        let mut answers = vec![None; self.nodes.len()];
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut answers)
             .await;
         if !tally.has_quorum() {
             // Hear every node out before unlocking: the error then names every failed node
             // and tells contention from an outage, and each node's SET has been answered
             // (or has timed out) before its unlock is sent, so the unlock cannot overtake it.
-            self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode)
+            self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode, &mut answers)
                 .await;
         }
         let error = match self.confirm(resource, &keys, tally, started).await {
@@ -176,9 +214,24 @@ impl Coordinator {
                 let lease = Lease::new(Arc::clone(self), resource, keys, token, started, deadline)
                     .with_fencing_token(fencing_token);
                 let guard = LockGuard::new(lease);
-                if !in_flight.is_empty() {
-                    let lease = Arc::clone(guard.lease());
-                    spawn_detached(Arc::clone(self).finish_stragglers(in_flight, lease));
+                // A queued waiter that won leaves the queues of the nodes that did not grant
+                // it the lock; it could otherwise be picked there for a reservation later.
+                let refused_by: Vec<usize> = match waiter {
+                    Some(_) => (0..self.nodes.len())
+                        .filter(|&index| {
+                            matches!(answers[index], Some(Answer::Refused | Answer::Failed))
+                        })
+                        .collect(),
+                    None => Vec::new(),
+                };
+                if !in_flight.is_empty() || !refused_by.is_empty() {
+                    let stragglers = Stragglers {
+                        in_flight,
+                        lease: Arc::clone(guard.lease()),
+                        waiter,
+                        refused_by,
+                    };
+                    spawn_detached(Arc::clone(self).finish_stragglers(stragglers));
                 }
                 return Ok(guard);
             }
@@ -194,11 +247,20 @@ impl Coordinator {
             }
             _ => {}
         }
-        tracing::debug!(resource, %error, "lock not acquired; unlocking every node");
-        // Unlock every node, including those that failed or timed out: their SET may have
-        // landed even though the reply was lost.
-        self.round(Command::Unlock, &keys, &token, Wait::ForEveryNode)
-            .await;
+        tracing::debug!(resource, %error, "lock not acquired; unlocking the nodes");
+        // Unlock every node that may hold our keys: those that granted them, and those that
+        // failed or timed out, whose SET may have landed even though the reply was lost. A
+        // node that answered no took nothing (each lock command is atomic), so under plain
+        // contention there is nothing to undo. A queued waiter stays in the queues.
+        let may_hold: Vec<usize> = (0..self.nodes.len())
+            .filter(|&index| answers[index] != Some(Answer::Refused))
+            .collect();
+        if !may_hold.is_empty() {
+            let mut in_flight = self.send_to(Command::Unlock, &keys, &token, may_hold);
+            let mut tally = self.empty_tally();
+            self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode, &mut [])
+                .await;
+        }
         cleanup.disarm();
         Err(error)
     }
@@ -212,13 +274,37 @@ impl Coordinator {
     /// `release().await` is gone by the time such a late `SET` lands, and the `SET` must
     /// still be undone. A guard dropped with `auto_release` off never ends its lease, so its
     /// late `SET`s stay, like the rest of its keys, until the TTL.
-    async fn finish_stragglers(self: Arc<Self>, mut in_flight: InFlight, lease: Arc<Lease>) {
+    ///
+    /// A queued waiter also leaves the queue of each node that did not grant it the lock,
+    /// once that node answered.
+    async fn finish_stragglers(self: Arc<Self>, stragglers: Stragglers) {
+        let Stragglers {
+            mut in_flight,
+            lease,
+            waiter,
+            refused_by,
+        } = stragglers;
+        let timeout = self.config.node_timeout();
+        let leave = |index: usize| {
+            let node = Arc::clone(&self.nodes[index]);
+            let keys = Arc::clone(&lease.keys);
+            let waiter = waiter.clone();
+            async move {
+                if let Some(waiter) = waiter {
+                    let _ = tokio::time::timeout(timeout, node.leave_queue(&keys, &waiter)).await;
+                }
+            }
+        };
+        futures::future::join_all(refused_by.into_iter().map(leave)).await;
         while let Some((index, reply, _)) = in_flight.next().await {
-            if !matches!(reply, Ok(true)) || lease.state().end.is_none() {
+            if !matches!(reply, Ok(true)) {
+                leave(index).await;
+                continue;
+            }
+            if lease.state().end.is_none() {
                 continue;
             }
             let node = Arc::clone(&self.nodes[index]);
-            let timeout = self.config.node_timeout();
             let _ = tokio::time::timeout(timeout, node.unlock(&lease.keys, &lease.token)).await;
         }
     }
@@ -348,20 +434,39 @@ impl Coordinator {
                 .map_err(|_| timed_out(None))?,
         };
         let mut retries_left = self.config.retry_count();
+        // This acquisition's place in the nodes' queues, taken at its first wait: the ticket
+        // is when it began, so it queues behind every waiter that began before it.
+        let place = self.config.fair().then(|| Arc::new(self.queue_place()));
+        let mut queued: Option<LeaveQueueOnDrop> = None;
+        // Announcements of the keys reserved for this waiter (fair) or of the key's releases.
+        let mut turns: Option<ReleaseWatches> = None;
         let mut releases: Option<ReleaseWatches> = None;
+        if let Some(place) = place
+            .as_ref()
+            .filter(|_| self.queues.recently_contended(keys))
+        {
+            // Found held moments ago: expect to wait, and queue on the first attempt.
+            turns = self.reservation_watches().await;
+            queued = Some(self.leave_queue_on_drop(keys, place));
+        }
         let mut last_error: Option<LockError> = None;
         // Wake-ups this acquisition lost to another waiter; widens its spread.
         let mut collisions = 0;
-        loop {
+        let outcome = loop {
             if let Some(releases) = &mut releases {
                 releases.mark_seen();
             }
             let attempt_started = Instant::now();
+            // The first attempt is a plain one, the same as an uncontended lock takes; every
+            // later one queues (or refreshes the place) when refused.
+            let queued_place = queued.as_ref().and(place.as_ref());
             let attempt = match deadline {
-                None => self.attempt(&validated).await,
-                Some(deadline) => tokio::time::timeout_at(deadline, self.attempt(&validated))
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out(last_error.take()))),
+                None => self.attempt(&validated, queued_place).await,
+                Some(deadline) => {
+                    tokio::time::timeout_at(deadline, self.attempt(&validated, queued_place))
+                        .await
+                        .unwrap_or_else(|_| Err(timed_out(last_error.take())))
+                }
             };
             match attempt {
                 Err(error) if error.is_retryable() && retries_left > 0 => {
@@ -369,11 +474,28 @@ impl Coordinator {
                     let wakes = Instant::now().checked_add(wait);
                     if deadline.is_some_and(|deadline| wakes.is_none_or(|wakes| wakes >= deadline))
                     {
-                        return Err(error);
+                        break Err(error);
                     }
                     retries_left -= 1;
                     let held = matches!(error, LockError::Held { .. });
-                    if held && releases.is_none() && self.config.notify_releases() {
+                    if held {
+                        self.queues.note_contended(keys);
+                    }
+                    if let (true, None, Some(place)) = (held, &queued, &place) {
+                        // Join the line: watch for the reservation first, so that none is
+                        // missed, then queue with an attempt at once. From now on this
+                        // acquisition has a place to give back when it ends without the
+                        // lock, however it ends (an error, a timeout, this future dropped).
+                        turns = self.reservation_watches().await;
+                        queued = Some(self.leave_queue_on_drop(keys, place));
+                        last_error = Some(error);
+                        continue;
+                    }
+                    if held
+                        && place.is_none()
+                        && releases.is_none()
+                        && self.config.notify_releases()
+                    {
                         // Only now, once contended: an uncontended lock never subscribes.
                         // A lock over several resources watches the first: its release
                         // announces every key, the first among them. A release announced
@@ -385,9 +507,15 @@ impl Coordinator {
                             continue;
                         }
                     }
-                    match &releases {
-                        Some(releases) if held => {
-                            let round = attempt_started.elapsed();
+                    let round = attempt_started.elapsed();
+                    match (&mut turns, queued_place, &mut releases) {
+                        (Some(turns), Some(place), _) if held => {
+                            let grace = round.max(MIN_RESERVATION_GRACE);
+                            turns
+                                .wait_for_turn(wait, grace, place.waiter.as_str())
+                                .await;
+                        }
+                        (_, _, Some(releases)) if held => {
                             releases.wait(wait, round, collisions).await;
                             collisions += 1;
                         }
@@ -395,9 +523,20 @@ impl Coordinator {
                     }
                     last_error = Some(error);
                 }
-                result => return result,
+                result => break result,
+            }
+        };
+        if let Some(mut queued) = queued {
+            match outcome {
+                // Won: the winning attempt took care of the queues.
+                Ok(_) => queued.disarm(),
+                // Give the place back before returning, not in the background: a process
+                // that exits on this error would otherwise leave the line waiting for it
+                // until the place lapses. It costs at most one node timeout.
+                Err(_) => queued.leave_now().await,
             }
         }
+        outcome
     }
 
     /// Deletes our key on every node. Returns once a quorum deleted it (the other deletes
@@ -410,7 +549,7 @@ impl Coordinator {
     ) -> Result<(), LockError> {
         let mut in_flight = self.send(Command::Unlock, keys, token);
         let mut tally = self.empty_tally();
-        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided)
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut [])
             .await;
         finish_in_background(in_flight);
         if tally.has_quorum() {
@@ -439,7 +578,7 @@ impl Coordinator {
         let ttl = self.config.ttl();
         let mut in_flight = self.send(Command::Extend(ttl), keys, token);
         let mut tally = self.empty_tally();
-        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided)
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut [])
             .await;
         // Extend on every node, not only the quorum that decided; our own keys only.
         finish_in_background(in_flight);
@@ -497,10 +636,87 @@ impl Coordinator {
     /// acquisitions abandoned mid-round. Never blocks; without a tokio runtime the keys
     /// simply expire after their TTL.
     pub(crate) fn unlock_in_background(self: Arc<Self>, keys: Keys, token: LockToken) {
+        self.abandon_in_background(keys, Some(token), None);
+    }
+
+    /// In the background: unlocks `token`'s keys on every node, then takes `waiter` out of
+    /// every node's queue (in that order, so that no request of an abandoned attempt can
+    /// queue the waiter again after it left).
+    fn abandon_in_background(
+        self: Arc<Self>,
+        keys: Keys,
+        token: Option<LockToken>,
+        waiter: Option<LockToken>,
+    ) {
         spawn_detached(async move {
-            self.round(Command::Unlock, &keys, &token, Wait::ForEveryNode)
-                .await;
+            if let Some(token) = token {
+                self.round(Command::Unlock, &keys, &token, Wait::ForEveryNode)
+                    .await;
+            }
+            if let Some(waiter) = waiter {
+                self.leave_queues(&keys, &waiter).await;
+            }
         });
+    }
+
+    /// This client's watches of reservations, made on the first call and shared by every
+    /// waiter after; each call returns a copy that sees the announcements made from now on.
+    async fn reservation_watches(&self) -> Option<ReleaseWatches> {
+        if !self.config.notify_releases() {
+            return None;
+        }
+        self.reservations
+            .get_or_init(|| {
+                ReleaseWatches::start_reservations(&self.nodes, &self.client, self.quorum)
+            })
+            .await
+            .clone()
+    }
+
+    /// A guard that gives `place` back on every node unless the acquisition wins.
+    fn leave_queue_on_drop(self: &Arc<Self>, keys: &Keys, place: &QueuePlace) -> LeaveQueueOnDrop {
+        LeaveQueueOnDrop {
+            coordinator: Arc::clone(self),
+            keys: Arc::clone(keys),
+            waiter: place.waiter.clone(),
+        }
+    }
+
+    /// Takes `waiter` out of the queue of `keys` on every node; a reservation it had goes
+    /// to the next in line.
+    async fn leave_queues(&self, keys: &Keys, waiter: &LockToken) {
+        let mut in_flight = self.fan_out(|node| {
+            let keys = Arc::clone(keys);
+            let waiter = waiter.clone();
+            async move { node.leave_queue(&keys, &waiter).await }.boxed()
+        });
+        while in_flight.next().await.is_some() {}
+    }
+
+    /// A new place in the queues, for one blocking acquisition.
+    ///
+    /// The place lapses when not refreshed for longer than a waiter ever goes between two
+    /// attempts (two of the longest retry waits and four node timeouts, plus a margin for
+    /// scheduling), so a live waiter keeps it and a dead one holds the line up no longer.
+    fn queue_place(&self) -> QueuePlace {
+        let longest_wait = self
+            .config
+            .retry_delay()
+            .saturating_add(self.config.retry_jitter());
+        let lifetime = longest_wait
+            .saturating_mul(2)
+            .saturating_add(self.config.node_timeout().saturating_mul(4))
+            .saturating_add(QUEUE_PLACE_MARGIN);
+        let ticket = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+            });
+        QueuePlace {
+            waiter: LockToken::from_string(format!("{}:{}", self.client, LockToken::generate())),
+            ticket,
+            lifetime,
+        }
     }
 
     /// The end of the validity of a lock whose round started at `started`:
@@ -560,18 +776,34 @@ impl Coordinator {
     async fn round(&self, command: Command, keys: &Keys, token: &LockToken, wait: Wait) -> Tally {
         let mut in_flight = self.send(command, keys, token);
         let mut tally = self.empty_tally();
-        self.collect(&mut tally, &mut in_flight, wait).await;
+        self.collect(&mut tally, &mut in_flight, wait, &mut [])
+            .await;
         tally
     }
 
     /// Sends `command` to every node at once; see [`fan_out`](Self::fan_out).
     fn send(&self, command: Command, keys: &Keys, token: &LockToken) -> InFlight {
-        self.fan_out(|node| {
+        self.send_to(command, keys, token, 0..self.nodes.len())
+    }
+
+    /// Sends `command` to the nodes at `indices` at once.
+    fn send_to(
+        &self,
+        command: Command,
+        keys: &Keys,
+        token: &LockToken,
+        indices: impl IntoIterator<Item = usize>,
+    ) -> InFlight {
+        self.fan_out_to(indices, |node| {
             let keys = Arc::clone(keys);
             let token = token.clone();
+            let command = command.clone();
             async move {
                 match command {
                     Command::Lock(ttl) => node.try_lock(&keys, &token, ttl).await,
+                    Command::LockQueued(ttl, place) => {
+                        node.try_lock_queued(&keys, &token, ttl, &place).await
+                    }
                     Command::Unlock => node.unlock(&keys, &token).await,
                     Command::Extend(ttl) => node.extend(&keys, &token, ttl).await,
                     Command::Holds => node.holds(&keys, &token).await,
@@ -588,12 +820,24 @@ impl Coordinator {
         T: Send + 'static,
         F: Fn(Arc<dyn LockNode>) -> BoxFuture<'static, Result<T, NodeError>>,
     {
+        self.fan_out_to(0..self.nodes.len(), request)
+    }
+
+    /// [`fan_out`](Self::fan_out) to the nodes at `indices` only.
+    fn fan_out_to<T, F>(
+        &self,
+        indices: impl IntoIterator<Item = usize>,
+        request: F,
+    ) -> FuturesUnordered<BoxFuture<'static, Reply<T>>>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<dyn LockNode>) -> BoxFuture<'static, Result<T, NodeError>>,
+    {
         let timeout = self.config.node_timeout();
-        self.nodes
-            .iter()
-            .enumerate()
-            .map(|(index, node)| {
-                let request = request(Arc::clone(node));
+        indices
+            .into_iter()
+            .map(|index| {
+                let request = request(Arc::clone(&self.nodes[index]));
                 async move {
                     let sent = Instant::now();
                     let reply = tokio::time::timeout(timeout, request)
@@ -629,8 +873,15 @@ impl Coordinator {
         });
     }
 
-    /// Counts replies as they arrive.
-    async fn collect(&self, tally: &mut Tally, in_flight: &mut InFlight, wait: Wait) {
+    /// Counts replies as they arrive, noting each node's answer in `answers` (when it has a
+    /// slot per node).
+    async fn collect(
+        &self,
+        tally: &mut Tally,
+        in_flight: &mut InFlight,
+        wait: Wait,
+        answers: &mut [Option<Answer>],
+    ) {
         while let Some((index, reply, latency)) = in_flight.next().await {
             let node = &self.nodes[index];
             tracing::trace!(
@@ -639,6 +890,13 @@ impl Coordinator {
                 latency_us = micros(latency),
                 "node replied"
             );
+            if let Some(slot) = answers.get_mut(index) {
+                *slot = Some(match reply {
+                    Ok(true) => Answer::Granted,
+                    Ok(false) => Answer::Refused,
+                    Err(_) => Answer::Failed,
+                });
+            }
             match reply {
                 Ok(true) => tally.granted += 1,
                 Ok(false) => tally.refused.push(node.name().to_owned()),
@@ -653,6 +911,13 @@ impl Coordinator {
     }
 }
 
+/// The least a waiter that one node reserved the lock for waits for the other nodes'
+/// reservations before it claims them; see [`ReleaseWatches::wait_for_turn`].
+const MIN_RESERVATION_GRACE: Duration = Duration::from_millis(1);
+
+/// Slack added to a queue place's lifetime for a waiter's scheduling delays.
+const QUEUE_PLACE_MARGIN: Duration = Duration::from_millis(100);
+
 /// Whole milliseconds, for trace fields.
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -666,13 +931,19 @@ fn micros(duration: Duration) -> u64 {
 /// Unlocks every node in the background unless disarmed: makes an acquisition round safe
 /// to cancel at any await point.
 struct UnlockOnDrop {
-    armed: Option<(Arc<Coordinator>, Keys, LockToken)>,
+    armed: Option<(Arc<Coordinator>, Keys, LockToken, Option<LockToken>)>,
 }
 
 impl UnlockOnDrop {
-    fn new(coordinator: Arc<Coordinator>, keys: Keys, token: LockToken) -> Self {
+    /// Armed for the keys of `token`, and for the queue places of `waiter`, if any.
+    fn new(
+        coordinator: Arc<Coordinator>,
+        keys: Keys,
+        token: LockToken,
+        waiter: Option<LockToken>,
+    ) -> Self {
         UnlockOnDrop {
-            armed: Some((coordinator, keys, token)),
+            armed: Some((coordinator, keys, token, waiter)),
         }
     }
 
@@ -683,10 +954,56 @@ impl UnlockOnDrop {
 
 impl Drop for UnlockOnDrop {
     fn drop(&mut self) {
-        if let Some((coordinator, keys, token)) = self.armed.take() {
-            coordinator.unlock_in_background(keys, token);
+        if let Some((coordinator, keys, token, waiter)) = self.armed.take() {
+            coordinator.abandon_in_background(keys, Some(token), waiter);
         }
     }
+}
+
+/// Takes a waiter out of the nodes' queues in the background unless disarmed: a blocking
+/// acquisition that ends without the lock (an error, a timeout, its future dropped) gives
+/// its place back at once, instead of leaving it to lapse while the line waits for it.
+struct LeaveQueueOnDrop {
+    coordinator: Arc<Coordinator>,
+    keys: Keys,
+    waiter: LockToken,
+}
+
+impl LeaveQueueOnDrop {
+    /// Called once the acquisition won: its winning attempt took care of the queues.
+    fn disarm(&mut self) {
+        self.keys = Keys::from([]);
+    }
+
+    /// Leaves the queues now (in the background only if this future is dropped meanwhile).
+    async fn leave_now(&mut self) {
+        self.coordinator
+            .leave_queues(&self.keys, &self.waiter)
+            .await;
+        self.disarm();
+    }
+}
+
+impl Drop for LeaveQueueOnDrop {
+    fn drop(&mut self) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let coordinator = Arc::clone(&self.coordinator);
+        let keys = std::mem::replace(&mut self.keys, Keys::from([]));
+        coordinator.abandon_in_background(keys, None, Some(self.waiter.clone()));
+    }
+}
+
+/// What a won round leaves to finish in the background; see
+/// [`Coordinator::finish_stragglers`].
+struct Stragglers {
+    in_flight: InFlight,
+    lease: Arc<Lease>,
+    /// The winner's queue id, when it won as a queued waiter.
+    waiter: Option<LockToken>,
+    /// The nodes that answered the round without granting the lock.
+    refused_by: Vec<usize>,
 }
 
 /// Lets the requests of a decided round still in flight reach their nodes: a request whose

@@ -9,6 +9,7 @@
 
 mod redis;
 mod releases;
+mod scripts;
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::sync::watch;
+use tokio::sync::broadcast;
 
 use crate::error::NodeError;
 use crate::token::LockToken;
@@ -87,43 +88,130 @@ pub trait LockNode: Send + Sync + fmt::Debug {
         let _ = key;
         async { None }.boxed()
     }
+
+    /// Starts watching the announcements of keys reserved for the queued waiters of
+    /// `client` ([`QueuePlace::waiter`] begins with `client` and a colon), so that a
+    /// release wakes the one waiter it was handed to, and no other. `None` (the default)
+    /// means the node cannot announce reservations; queued waiters then claim them on their
+    /// retry delay.
+    fn watch_reservations<'a>(&'a self, client: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        let _ = client;
+        async { None }.boxed()
+    }
+
+    /// Like [`try_lock`](Self::try_lock), for a waiter that keeps a `place` in the node's
+    /// queue of `keys[0]`: the keys may also be taken when the node reserved them for this
+    /// waiter, and when the node refuses, the waiter is queued (or its place refreshed).
+    ///
+    /// A node with a queue reserves a released key for the first live waiter in line, so
+    /// that waiters get the lock in the order they came (see [`QueuePlace`]). The default
+    /// has no queue: it is `try_lock`, and waiters race as with other Redlock clients.
+    fn try_lock_queued<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        place: &'a QueuePlace,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        let _ = place;
+        self.try_lock(keys, token, ttl)
+    }
+
+    /// Removes `waiter` from the queue of `keys[0]`, and hands a reservation it had on the
+    /// key to the next waiter: for a waiter that gave up or won the lock elsewhere. The
+    /// default (no queue) does nothing.
+    fn leave_queue<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        waiter: &'a LockToken,
+    ) -> BoxFuture<'a, Result<(), NodeError>> {
+        let _ = (keys, waiter);
+        async { Ok(()) }.boxed()
+    }
 }
 
-/// Announcements of a key's releases on one node; see [`LockNode::watch_releases`].
+/// A blocking acquisition's place in the nodes' queues of a contended lock.
 ///
-/// It wraps a [`watch`] channel whose value a node bumps on every release of the key, and a
-/// registration that the node keeps while the watch is alive (dropped with it, for example
-/// to unsubscribe).
+/// With [`LockConfig::fair`](crate::LockConfig::fair) on (the default), a blocking acquire
+/// that finds the lock held joins a queue on every node, ordered by `ticket` (the same on
+/// every node, so the nodes agree on who is first). A release hands the key to the first
+/// live waiter in line by *reserving* it for that waiter: a reserved key is not free, so
+/// neither a newcomer nor the holder that just released can take it; only the waiter it
+/// is reserved for can, by [`LockNode::try_lock_queued`]. The release announcement names
+/// that waiter, so it alone wakes and attempts.
+///
+/// Places are soft state, never needed for safety (a reserved key is only ever taken
+/// with `NX` semantics, under the quorum rule): a place lapses `lifetime` after the
+/// waiter last refreshed it, and a reservation lapses when the place would have, so a
+/// waiter that died holds the line up for at most `lifetime`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuePlace {
+    /// Identifies the waiter in the queue: `<client>:<random>`, where `client` names the
+    /// lock client whose [`watch_reservations`](LockNode::watch_reservations) hears of it,
+    /// and the random part is drawn once per blocking acquisition.
+    pub waiter: LockToken,
+    /// The waiter's position: lower goes first. The wall-clock time, in microseconds, at
+    /// which the acquisition began, so waiters of different processes queue first come
+    /// first served (as far as their clocks agree; ties go by `waiter`).
+    pub ticket: u64,
+    /// How long the place lasts without being refreshed; every queued attempt refreshes it.
+    pub lifetime: Duration,
+}
+
+/// A release that a node announced; see [`ReleaseWatch`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Announcement {
+    /// The waiter the released key is now reserved for ([`QueuePlace::waiter`]), or `None`
+    /// when it is free for anybody.
+    pub next_waiter: Option<Arc<str>>,
+}
+
+/// Announcements of releases on one node; see [`LockNode::watch_releases`] and
+/// [`LockNode::watch_reservations`].
+///
+/// It wraps a [`broadcast`] receiver of the node's [`Announcement`]s, and a registration
+/// that the node keeps while any watch sharing it is alive (dropped with the last of them,
+/// for example to unsubscribe). Cloning a watch shares the registration and sees only the
+/// announcements made after the clone.
 pub struct ReleaseWatch {
-    notifications: watch::Receiver<u64>,
-    _registration: Box<dyn std::any::Any + Send + Sync>,
+    announcements: broadcast::Receiver<Announcement>,
+    registration: Arc<dyn std::any::Any + Send + Sync>,
 }
 
 impl ReleaseWatch {
-    /// A watch over `notifications`, keeping `registration` alive as long as the watch.
+    /// A watch over `announcements`, keeping `registration` alive as long as the watch.
     pub fn new(
-        notifications: watch::Receiver<u64>,
+        announcements: broadcast::Receiver<Announcement>,
         registration: Box<dyn std::any::Any + Send + Sync>,
     ) -> Self {
         ReleaseWatch {
-            notifications,
-            _registration: registration,
+            announcements,
+            registration: Arc::from(registration),
         }
     }
 
     /// Forgets the releases announced so far.
     pub(crate) fn mark_seen(&mut self) {
-        self.notifications.borrow_and_update();
+        self.announcements = self.announcements.resubscribe();
     }
 
-    /// Resolves at the first release announced since the last [`mark_seen`](Self::mark_seen);
-    /// never, once the node stops announcing.
-    pub(crate) fn next_release(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut notifications = self.notifications.clone();
-        async move {
-            if notifications.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
+    /// The next announcement not yet seen; never resolves once the node stops announcing.
+    /// When announcements were missed (more arrived than the channel keeps), it answers
+    /// "free for anybody", which makes the waiter try at once rather than sleep.
+    pub(crate) async fn next_release(&mut self) -> Announcement {
+        match self.announcements.recv().await {
+            Ok(announcement) => announcement,
+            Err(broadcast::error::RecvError::Lagged(_)) => Announcement::default(),
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}
+
+impl Clone for ReleaseWatch {
+    fn clone(&self) -> Self {
+        ReleaseWatch {
+            announcements: self.announcements.resubscribe(),
+            registration: Arc::clone(&self.registration),
         }
     }
 }

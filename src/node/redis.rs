@@ -10,56 +10,11 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, Value};
 
 use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
-use super::{redact_url, LockNode, ReleaseWatch};
+use super::scripts::{self, queue_keys};
+use super::{redact_url, LockNode, QueuePlace, ReleaseWatch};
 use crate::error::{LockError, NodeError};
 use crate::fencing::RAISE_COUNTER_SCRIPT;
 use crate::token::LockToken;
-
-/// Takes every key for our token with a TTL, only if none exists: all or nothing. (One
-/// key goes through plain `SET NX PX` instead.)
-const LOCK_SCRIPT: &str = r#"
-for _, key in ipairs(KEYS) do
-    if redis.call("EXISTS", key) == 1 then
-        return 0
-    end
-end
-for _, key in ipairs(KEYS) do
-    redis.call("SET", key, ARGV[1], "PX", ARGV[2])
-end
-return 1
-"#;
-
-/// Deletes each key that still holds our token, announcing each release on the channel
-/// ARGV[2] .. key (no announcement when ARGV[2] is empty) so that waiters retry at once.
-/// Returns 1 only if every key was ours.
-const UNLOCK_SCRIPT: &str = r#"
-local all = 1
-for _, key in ipairs(KEYS) do
-    if redis.call("GET", key) == ARGV[1] then
-        redis.call("DEL", key)
-        if ARGV[2] ~= "" then
-            redis.call("PUBLISH", ARGV[2] .. key, ARGV[1])
-        end
-    else
-        all = 0
-    end
-end
-return all
-"#;
-
-/// Sets every key's TTL, only if all still hold our token. PEXPIRE never creates a key, so
-/// a lock that expired or was flushed cannot be revived.
-const EXTEND_SCRIPT: &str = r#"
-for _, key in ipairs(KEYS) do
-    if redis.call("GET", key) ~= ARGV[1] then
-        return 0
-    end
-end
-for _, key in ipairs(KEYS) do
-    redis.call("PEXPIRE", key, ARGV[2])
-end
-return 1
-"#;
 
 /// A Redis server used as a lock node.
 ///
@@ -72,8 +27,9 @@ return 1
 /// Scripts run by `EVALSHA`, falling back to loading the script when the server answers
 /// `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
 ///
-/// Releases are announced by `PUBLISH` on the channel `quorumlock:released:<key>`, and
-/// waiters subscribe to it over a second, pub/sub connection opened on the first wait; see
+/// Releases are announced by `PUBLISH`: on `quorumlock:waiter:<client>` when the key was
+/// handed to a queued waiter of that client, else on `quorumlock:released:<key>`. Waiters
+/// subscribe over a second, pub/sub connection opened on the first wait; see
 /// [`announce_releases`](Self::announce_releases).
 ///
 /// URLs follow the redis crate: `redis://[[user]:password@]host[:port][/db]`, `rediss://`
@@ -83,7 +39,9 @@ pub struct RedisNode {
     name: String,
     connection: ConnectionManager,
     lock: Script,
+    lock_queued: Script,
     unlock: Script,
+    leave_queue: Script,
     extend: Script,
     raise_counter: Script,
     releases: Arc<ReleaseListener>,
@@ -123,9 +81,11 @@ impl RedisNode {
         Ok(RedisNode {
             name,
             connection,
-            lock: Script::new(LOCK_SCRIPT),
-            unlock: Script::new(UNLOCK_SCRIPT),
-            extend: Script::new(EXTEND_SCRIPT),
+            lock: Script::new(scripts::LOCK),
+            lock_queued: Script::new(scripts::LOCK_QUEUED),
+            unlock: Script::new(scripts::UNLOCK),
+            leave_queue: Script::new(scripts::LEAVE_QUEUE),
+            extend: Script::new(scripts::EXTEND),
             raise_counter: Script::new(RAISE_COUNTER_SCRIPT),
             releases,
             announce_releases: true,
@@ -143,13 +103,13 @@ impl RedisNode {
     async fn run_script(
         &self,
         script: &Script,
-        keys: &[Arc<str>],
+        keys: &[&str],
         args: &[&str],
     ) -> Result<u64, NodeError> {
         let mut connection = self.connection.clone();
         let mut invocation = script.prepare_invoke();
         for key in keys {
-            invocation.key(&**key);
+            invocation.key(*key);
         }
         for arg in args {
             invocation.arg(*arg);
@@ -167,12 +127,21 @@ impl RedisNode {
     async fn run_repeatable_script(
         &self,
         script: &Script,
-        keys: &[Arc<str>],
+        keys: &[&str],
         args: &[&str],
     ) -> Result<u64, NodeError> {
         match self.run_script(script, keys, args).await {
             Err(NodeError::Connection(_)) => self.run_script(script, keys, args).await,
             result => result,
+        }
+    }
+
+    /// The channel prefix the scripts announce releases on; empty when they must not.
+    fn channel_prefix(&self) -> &'static str {
+        if self.announce_releases {
+            RELEASE_CHANNEL_PREFIX
+        } else {
+            ""
         }
     }
 
@@ -221,7 +190,11 @@ impl LockNode for RedisNode {
             let ttl = millis(ttl);
             let [key] = keys else {
                 let taken = self
-                    .run_script(&self.lock, keys, &[token.as_str(), &ttl.to_string()])
+                    .run_script(
+                        &self.lock,
+                        &key_names(keys),
+                        &[token.as_str(), &ttl.to_string()],
+                    )
                     .await?;
                 return Ok(taken == 1);
             };
@@ -253,13 +226,13 @@ impl LockNode for RedisNode {
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
-            let channel_prefix = if self.announce_releases {
-                RELEASE_CHANNEL_PREFIX
-            } else {
-                ""
-            };
+            let queue = queue_keys(first_key(keys)?);
             let all = self
-                .run_repeatable_script(&self.unlock, keys, &[token.as_str(), channel_prefix])
+                .run_repeatable_script(
+                    &self.unlock,
+                    &with_queue(keys, &queue),
+                    &[token.as_str(), self.channel_prefix()],
+                )
                 .await?;
             Ok(all == 1)
         }
@@ -275,7 +248,7 @@ impl LockNode for RedisNode {
         async move {
             let ttl = millis(ttl).to_string();
             let extended = self
-                .run_repeatable_script(&self.extend, keys, &[token.as_str(), &ttl])
+                .run_repeatable_script(&self.extend, &key_names(keys), &[token.as_str(), &ttl])
                 .await?;
             Ok(extended == 1)
         }
@@ -316,8 +289,65 @@ impl LockNode for RedisNode {
         value: u64,
     ) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
-            self.run_repeatable_script(&self.raise_counter, keys, &[&value.to_string()])
+            self.run_repeatable_script(&self.raise_counter, &key_names(keys), &[&value.to_string()])
                 .await
+        }
+        .boxed()
+    }
+
+    fn try_lock_queued<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        place: &'a QueuePlace,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        async move {
+            let queue = queue_keys(first_key(keys)?);
+            let taken = self
+                .run_script(
+                    &self.lock_queued,
+                    &with_queue(keys, &queue),
+                    &[
+                        token.as_str(),
+                        &millis(ttl).to_string(),
+                        place.waiter.as_str(),
+                        &place.ticket.to_string(),
+                        &millis(place.lifetime).max(1).to_string(),
+                    ],
+                )
+                .await?;
+            Ok(taken == 1)
+        }
+        .boxed()
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        waiter: &'a LockToken,
+    ) -> BoxFuture<'a, Result<(), NodeError>> {
+        async move {
+            let key = first_key(keys)?;
+            let [queue, deadlines] = queue_keys(key);
+            self.run_repeatable_script(
+                &self.leave_queue,
+                &[key, &queue, &deadlines],
+                &[waiter.as_str(), self.channel_prefix()],
+            )
+            .await
+            .map(drop)
+        }
+        .boxed()
+    }
+
+    fn watch_reservations<'a>(&'a self, client: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        async move {
+            if self.announce_releases {
+                Some(self.releases.watch_waiters(client).await)
+            } else {
+                None
+            }
         }
         .boxed()
     }
@@ -325,13 +355,32 @@ impl LockNode for RedisNode {
     fn watch_releases<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
         async move {
             if self.announce_releases {
-                Some(self.releases.watch(key).await)
+                Some(self.releases.watch_key(key).await)
             } else {
                 None
             }
         }
         .boxed()
     }
+}
+
+/// The key whose queue a lock over `keys` uses; an error (not a panic) for no keys.
+fn first_key(keys: &[Arc<str>]) -> Result<&str, NodeError> {
+    keys.first()
+        .map(|key| &**key)
+        .ok_or_else(|| NodeError::Redis("a lock needs at least one key".to_owned()))
+}
+
+/// The names of `keys`, as a script takes them.
+fn key_names(keys: &[Arc<str>]) -> Vec<&str> {
+    keys.iter().map(|key| &**key).collect()
+}
+
+/// The names of `keys` followed by the first key's queue keys.
+fn with_queue<'a>(keys: &'a [Arc<str>], queue: &'a [String; 2]) -> Vec<&'a str> {
+    let mut names = key_names(keys);
+    names.extend(queue.iter().map(String::as_str));
+    names
 }
 
 /// The TTL in whole milliseconds, as Redis `PX` takes it. Configuration validation keeps

@@ -1,7 +1,10 @@
 //! Release notifications over Redis pub/sub: how waiters learn at once that a lock was
 //! released instead of sleeping out a blind retry delay.
 //!
-//! The release script publishes the released token on a channel named after the key. A
+//! The release script publishes on one of two channels: when the key is handed to a queued
+//! waiter (see [`QueuePlace`](super::QueuePlace)), on the channel of that waiter's client,
+//! naming the waiter, so that only its process wakes; otherwise on a channel named after
+//! the key, with an empty message: free for anybody. A
 //! [`ReleaseListener`] holds one pub/sub connection per node, opened on the first wait and
 //! re-opened when lost, subscribed to the channels that local waiters watch. Notifications
 //! are a speed-up only: a lost message or a broken connection leaves waiters on their
@@ -13,17 +16,19 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use redis::aio::PubSubSink;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
-use super::ReleaseWatch;
+use super::{Announcement, ReleaseWatch};
 
 /// The channel on which releases of a key are announced is this prefix and the key.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorumlock:released:";
 
-/// The channel on which releases of `key` are announced.
-fn release_channel(key: &str) -> String {
-    format!("{RELEASE_CHANNEL_PREFIX}{key}")
-}
+/// The channel on which keys reserved for a client's waiters are announced is this prefix
+/// and the client's id.
+pub(crate) const WAITER_CHANNEL_PREFIX: &str = "quorumlock:waiter:";
+
+/// How many announcements a watch keeps before it lags (and then simply tries at once).
+const ANNOUNCEMENTS_KEPT: usize = 64;
 
 /// How long to wait before reconnecting a lost pub/sub connection.
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
@@ -53,7 +58,7 @@ struct State {
 
 struct Channel {
     watchers: usize,
-    notifications: watch::Sender<u64>,
+    announcements: broadcast::Sender<Announcement>,
 }
 
 impl ReleaseListener {
@@ -68,15 +73,24 @@ impl ReleaseListener {
         }
     }
 
-    /// Watches releases of `key`: the returned watch's counter moves on each release
-    /// announced by this node. Waits at most the connect timeout for the subscription to be
+    /// Watches releases of `key`: the returned watch sees each release of the key announced
+    /// freed by this node.
+    pub(crate) async fn watch_key(&self, key: &str) -> ReleaseWatch {
+        self.watch(format!("{RELEASE_CHANNEL_PREFIX}{key}")).await
+    }
+
+    /// Watches the keys this node reserves for the queued waiters of `client`.
+    pub(crate) async fn watch_waiters(&self, client: &str) -> ReleaseWatch {
+        self.watch(format!("{WAITER_CHANNEL_PREFIX}{client}")).await
+    }
+
+    /// Watches `channel`. Waits at most the connect timeout for the subscription to be
     /// confirmed; an unconfirmed watch may miss notifications (the fallback delay covers it).
     ///
     /// Every `SUBSCRIBE` and `UNSUBSCRIBE` is queued on the connection while the state lock
     /// is held, so the commands reach the node in the order the registrations changed: a
     /// channel dropped by one waiter and watched again by the next ends up subscribed.
-    pub(crate) async fn watch(&self, key: &str) -> ReleaseWatch {
-        let channel = release_channel(key);
+    async fn watch(&self, channel: String) -> ReleaseWatch {
         let mut ready = self.shared.ready.subscribe();
         let (receiver, subscribing, connected) = {
             let mut state = lock(&self.shared.state);
@@ -85,10 +99,10 @@ impl ReleaseListener {
                 .entry(channel.clone())
                 .or_insert_with(|| Channel {
                     watchers: 0,
-                    notifications: watch::Sender::new(0),
+                    announcements: broadcast::Sender::new(ANNOUNCEMENTS_KEPT),
                 });
             entry.watchers += 1;
-            let receiver = entry.notifications.subscribe();
+            let receiver = entry.announcements.subscribe();
             let newly_watched = entry.watchers == 1;
             let subscribing = match (&state.sink, newly_watched) {
                 (Some(sink), true) => queue(sink.clone(), Subscription::On(vec![channel.clone()])),
@@ -213,9 +227,14 @@ async fn run(shared: Weak<Shared>) {
             };
             let state = lock(&strong.state);
             if let Some(channel) = state.channels.get(message.get_channel_name()) {
-                channel
-                    .notifications
-                    .send_modify(|count| *count = count.wrapping_add(1));
+                // Anything but a waiter's id (empty, or unreadable) means: free for anybody.
+                let next_waiter = message
+                    .get_payload::<String>()
+                    .ok()
+                    .filter(|waiter| !waiter.is_empty())
+                    .map(Arc::from);
+                // No receiver left is fine: the watch is being dropped.
+                let _ = channel.announcements.send(Announcement { next_waiter });
             }
         }
         // The connection ended: forget its sink, then reconnect after a pause.

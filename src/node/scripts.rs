@@ -1,0 +1,207 @@
+//! The Lua scripts a [`RedisNode`](super::RedisNode) runs: the server-side half of the lock
+//! protocol. Each one is atomic on its node, which is what makes "all keys or none",
+//! "only the holder of the token" and "only the waiter it is reserved for" hold there.
+//!
+//! # Keys on a node
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `<key>` | string | the lock: the holder's token, with the lock's TTL; or `quorumlock:reserved:<waiter>`, a key released to the first waiter in line, until that waiter's place would lapse |
+//! | `quorumlock:waiters:<key>` | sorted set | the queue of `<key>`: waiter ids scored by ticket |
+//! | `quorumlock:waiter-deadlines:<key>` | hash | when each waiter's place lapses, in the node's milliseconds |
+//!
+//! Both queue keys expire with their longest-lived place, so an idle queue leaves nothing
+//! behind. The scripts read the node's clock (`TIME`), which needs Redis 5 or later
+//! (scripts replicated by their effects).
+
+/// The queue keys of the lock key `key`: the waiters in order, and their deadlines.
+pub(super) fn queue_keys(key: &str) -> [String; 2] {
+    [
+        format!("quorumlock:waiters:{key}"),
+        format!("quorumlock:waiter-deadlines:{key}"),
+    ]
+}
+
+/// Lua shared by the scripts that free a key: hands it to the first waiter in line.
+macro_rules! pass_on_lua {
+    () => {
+        r#"
+local RESERVED = "quorumlock:reserved:"
+
+local function now_ms()
+    local time = redis.call("TIME")
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Reserves the freed `key` for the first waiter in `queue` whose place has not lapsed,
+-- until that place would lapse, and announces it: the waiter's id on its client's channel
+-- (the id is "<client>:<random>"), or, when nobody waits, "" on `channel .. key` (free for
+-- anybody). No announcement when `channel` is empty. Lapsed places met on the way are
+-- removed.
+local function pass_on(key, queue, deadlines, channel)
+    local next_waiter = ""
+    if redis.call("EXISTS", queue) == 1 then
+        local now = now_ms()
+        for _ = 1, 100 do
+            local head = redis.call("ZRANGE", queue, 0, 0)[1]
+            if not head then
+                break
+            end
+            local lapses = tonumber(redis.call("HGET", deadlines, head))
+            redis.call("ZREM", queue, head)
+            redis.call("HDEL", deadlines, head)
+            if lapses and lapses > now then
+                redis.call("SET", key, RESERVED .. head, "PX", lapses - now)
+                next_waiter = head
+                break
+            end
+        end
+    end
+    if channel == "" then
+        return
+    end
+    local client = string.match(next_waiter, "^(.+):[^:]*$")
+    if client then
+        redis.call("PUBLISH", "quorumlock:waiter:" .. client, next_waiter)
+    else
+        redis.call("PUBLISH", channel .. key, next_waiter)
+    end
+end
+"#
+    };
+}
+
+/// Takes every key for our token with a TTL, only if none exists: all or nothing. A key
+/// reserved for a waiter exists, so it is not taken. (One key goes through plain
+/// `SET NX PX` instead.)
+///
+/// KEYS: the lock keys. ARGV: token, TTL in ms.
+pub(super) const LOCK: &str = r#"
+for _, key in ipairs(KEYS) do
+    if redis.call("EXISTS", key) == 1 then
+        return 0
+    end
+end
+for _, key in ipairs(KEYS) do
+    redis.call("SET", key, ARGV[1], "PX", ARGV[2])
+end
+return 1
+"#;
+
+/// As [`LOCK`], for a queued waiter: a key reserved for this waiter counts as free. When
+/// refused, the waiter is queued at its ticket, or its place refreshed.
+///
+/// KEYS: the lock keys, then the first key's queue and deadlines. ARGV: token, TTL in ms,
+/// waiter id, ticket, place lifetime in ms.
+pub(super) const LOCK_QUEUED: &str = concat!(
+    pass_on_lua!(),
+    r#"
+local n = #KEYS - 2
+local queue, deadlines = KEYS[n + 1], KEYS[n + 2]
+local mine = RESERVED .. ARGV[3]
+for i = 1, n do
+    local value = redis.call("GET", KEYS[i])
+    if value and value ~= mine then
+        local lifetime = tonumber(ARGV[5])
+        redis.call("ZADD", queue, ARGV[4], ARGV[3])
+        redis.call("HSET", deadlines, ARGV[3], now_ms() + lifetime)
+        for _, key in ipairs({queue, deadlines}) do
+            if redis.call("PTTL", key) < lifetime then
+                redis.call("PEXPIRE", key, lifetime)
+            end
+        end
+        return 0
+    end
+end
+for i = 1, n do
+    redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
+end
+redis.call("ZREM", queue, ARGV[3])
+redis.call("HDEL", deadlines, ARGV[3])
+return 1
+"#
+);
+
+/// Deletes each key that still holds our token; the first is handed to the next waiter in
+/// its queue, if any. Each release is announced on the channel ARGV[2] .. key (none when
+/// ARGV[2] is empty) so that the waiter named wakes at once. Returns 1 only if every key
+/// was ours.
+///
+/// KEYS: the lock keys, then the first key's queue and deadlines. ARGV: token, channel
+/// prefix.
+pub(super) const UNLOCK: &str = concat!(
+    pass_on_lua!(),
+    r#"
+local n = #KEYS - 2
+local all = 1
+for i = 1, n do
+    if redis.call("GET", KEYS[i]) == ARGV[1] then
+        redis.call("DEL", KEYS[i])
+        if i == 1 then
+            pass_on(KEYS[1], KEYS[n + 1], KEYS[n + 2], ARGV[2])
+        elseif ARGV[2] ~= "" then
+            redis.call("PUBLISH", ARGV[2] .. KEYS[i], "")
+        end
+    else
+        all = 0
+    end
+end
+return all
+"#
+);
+
+/// Removes a waiter from the queue; a key reserved for it goes to the next in line.
+///
+/// KEYS: the lock key, its queue, its deadlines. ARGV: waiter id, channel prefix.
+pub(super) const LEAVE_QUEUE: &str = concat!(
+    pass_on_lua!(),
+    r#"
+redis.call("ZREM", KEYS[2], ARGV[1])
+redis.call("HDEL", KEYS[3], ARGV[1])
+if redis.call("GET", KEYS[1]) == RESERVED .. ARGV[1] then
+    redis.call("DEL", KEYS[1])
+    pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[2])
+end
+return 1
+"#
+);
+
+/// Sets every key's TTL, only if all still hold our token. PEXPIRE never creates a key, so
+/// a lock that expired or was flushed cannot be revived.
+///
+/// KEYS: the lock keys. ARGV: token, TTL in ms.
+pub(super) const EXTEND: &str = r#"
+for _, key in ipairs(KEYS) do
+    if redis.call("GET", key) ~= ARGV[1] then
+        return 0
+    end
+end
+for _, key in ipairs(KEYS) do
+    redis.call("PEXPIRE", key, ARGV[2])
+end
+return 1
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::releases::WAITER_CHANNEL_PREFIX;
+
+    #[test]
+    fn the_scripts_use_the_channels_the_listener_subscribes_to() {
+        for script in [LOCK_QUEUED, UNLOCK, LEAVE_QUEUE] {
+            assert!(script.contains(&format!("\"{WAITER_CHANNEL_PREFIX}\" .. client")));
+        }
+    }
+
+    #[test]
+    fn queue_keys_are_named_after_the_lock_key() {
+        assert_eq!(
+            queue_keys("orders:7"),
+            [
+                "quorumlock:waiters:orders:7".to_owned(),
+                "quorumlock:waiter-deadlines:orders:7".to_owned()
+            ]
+        );
+    }
+}
