@@ -172,10 +172,7 @@ impl LockGuard {
         // Ended before the deletes go out, so that a late `SET` of the acquisition landing
         // after them is undone (see `Coordinator::finish_stragglers`).
         lease.end(LeaseEnd::Released);
-        let outcome = lease
-            .coordinator
-            .release(&lease.resource, &lease.keys, &lease.token)
-            .await;
+        let outcome = lease.coordinator.release(lease).await;
         // Marked only now: if this future is dropped mid-release, Drop sends the deletes
         // again in the background (compare-and-delete makes the repeat harmless).
         self.released = true;
@@ -198,8 +195,7 @@ impl Drop for LockGuard {
         let lease = &self.lease;
         if !self.released && lease.coordinator.config().auto_release() {
             lease.end(LeaseEnd::Released);
-            Arc::clone(&lease.coordinator)
-                .unlock_in_background(Arc::clone(&lease.keys), lease.token.clone());
+            Arc::clone(&lease.coordinator).release_in_background(Arc::clone(lease));
         }
     }
 }

@@ -3,9 +3,11 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::error::LockError;
@@ -53,6 +55,61 @@ pub(crate) struct Lease {
     pub(crate) token: LockToken,
     pub(crate) fencing_token: Option<u64>,
     state: watch::Sender<LeaseState>,
+    /// What the release's unlock found on each node; see [`Unlocks`].
+    pub(crate) unlocks: Unlocks,
+}
+
+/// What the release's unlock found on each node, so that a `SET` of the acquisition that
+/// comes back after the release is undone only where the release did not already delete
+/// our keys (an unlock that deleted them ran after the `SET` landed).
+pub(crate) struct Unlocks {
+    outcomes: Box<[AtomicU8]>,
+    recorded: Notify,
+}
+
+/// An unlock outcome: not known yet, deleted our keys, or did not (refused or failed).
+const UNLOCK_PENDING: u8 = 0;
+const UNLOCK_DELETED: u8 = 1;
+const UNLOCK_NOT_DELETED: u8 = 2;
+
+impl Unlocks {
+    fn new(nodes: usize) -> Self {
+        Unlocks {
+            outcomes: (0..nodes).map(|_| AtomicU8::new(UNLOCK_PENDING)).collect(),
+            recorded: Notify::new(),
+        }
+    }
+
+    /// Records what the unlock sent to node `index` answered.
+    pub(crate) fn record(&self, index: usize, deleted: bool) {
+        if let Some(outcome) = self.outcomes.get(index) {
+            let value = if deleted {
+                UNLOCK_DELETED
+            } else {
+                UNLOCK_NOT_DELETED
+            };
+            outcome.store(value, Ordering::Release);
+            self.recorded.notify_waiters();
+        }
+    }
+
+    /// Whether the release's unlock deleted our keys on node `index`; waits up to
+    /// `patience` for its answer, and says no when none came (the caller then unlocks
+    /// again, which compare-and-delete makes harmless).
+    pub(crate) async fn deleted_on(&self, index: usize, patience: Duration) -> bool {
+        let answered = async {
+            loop {
+                let notified = self.recorded.notified();
+                match self.outcomes.get(index).map(|o| o.load(Ordering::Acquire)) {
+                    Some(UNLOCK_PENDING) => notified.await,
+                    outcome => return outcome == Some(UNLOCK_DELETED),
+                }
+            }
+        };
+        tokio::time::timeout(patience, answered)
+            .await
+            .unwrap_or(false)
+    }
 }
 
 impl Lease {
@@ -69,8 +126,10 @@ impl Lease {
             deadline,
             end: None,
         };
+        let unlocks = Unlocks::new(coordinator.nodes().len());
         Lease {
             coordinator,
+            unlocks,
             resource: resource.to_owned(),
             keys,
             token,

@@ -304,6 +304,11 @@ impl Coordinator {
             if lease.state().end.is_none() {
                 continue;
             }
+            // The release's own unlock, sent after this SET on the same connection, deleted
+            // the keys in the usual case; undo the SET only where it did not.
+            if lease.unlocks.deleted_on(index, timeout).await {
+                continue;
+            }
             let node = Arc::clone(&self.nodes[index]);
             let _ = tokio::time::timeout(timeout, node.unlock(&lease.keys, &lease.token)).await;
         }
@@ -539,19 +544,30 @@ impl Coordinator {
         outcome
     }
 
-    /// Deletes our key on every node. Returns once a quorum deleted it (the other deletes
-    /// finish in the background) or once a quorum can no longer confirm it.
-    pub(crate) async fn release(
-        &self,
-        resource: &str,
-        keys: &Keys,
-        token: &LockToken,
-    ) -> Result<(), LockError> {
-        let mut in_flight = self.send(Command::Unlock, keys, token);
+    /// Deletes the lease's keys on every node. Returns once a quorum deleted them (the
+    /// other deletes finish in the background) or once a quorum can no longer confirm it.
+    /// What each node answered is recorded in the lease, for
+    /// [`finish_stragglers`](Self::finish_stragglers).
+    pub(crate) async fn release(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
+        let resource = lease.resource.as_str();
+        let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
         let mut tally = self.empty_tally();
-        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut [])
+        let mut answers = vec![None; self.nodes.len()];
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut answers)
             .await;
-        finish_in_background(in_flight);
+        for (index, answer) in answers.into_iter().enumerate() {
+            if let Some(answer) = answer {
+                lease.unlocks.record(index, answer == Answer::Granted);
+            }
+        }
+        if !in_flight.is_empty() {
+            let lease = Arc::clone(lease);
+            spawn_detached(async move {
+                while let Some((index, reply, _)) = in_flight.next().await {
+                    lease.unlocks.record(index, matches!(reply, Ok(true)));
+                }
+            });
+        }
         if tally.has_quorum() {
             Counters::bump(&self.counters.released);
             tracing::debug!(resource, "lock released");
@@ -632,15 +648,20 @@ impl Coordinator {
         }
     }
 
-    /// Unlocks every node in the background: for guards dropped without a release and
-    /// acquisitions abandoned mid-round. Never blocks; without a tokio runtime the keys
-    /// simply expire after their TTL.
-    pub(crate) fn unlock_in_background(self: Arc<Self>, keys: Keys, token: LockToken) {
-        self.abandon_in_background(keys, Some(token), None);
+    /// Releases `lease` in the background, recording what each node answered: for guards
+    /// dropped without a release. Never blocks; without a tokio runtime the keys simply
+    /// expire after their TTL.
+    pub(crate) fn release_in_background(self: Arc<Self>, lease: Arc<Lease>) {
+        spawn_detached(async move {
+            let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
+            while let Some((index, reply, _)) = in_flight.next().await {
+                lease.unlocks.record(index, matches!(reply, Ok(true)));
+            }
+        });
     }
 
-    /// In the background: unlocks `token`'s keys on every node, then takes `waiter` out of
-    /// every node's queue (in that order, so that no request of an abandoned attempt can
+    /// In the background: unlocks `token`'s keys on every node (for acquisitions abandoned
+    /// mid-round), then takes `waiter` out of every node's queue (in that order, so that no request of an abandoned attempt can
     /// queue the waiter again after it left).
     fn abandon_in_background(
         self: Arc<Self>,
@@ -688,7 +709,7 @@ impl Coordinator {
         let mut in_flight = self.fan_out(|node| {
             let keys = Arc::clone(keys);
             let waiter = waiter.clone();
-            async move { node.leave_queue(&keys, &waiter).await }.boxed()
+            async move { node.leave_queue(&keys, &waiter).await }
         });
         while in_flight.next().await.is_some() {}
     }
@@ -809,29 +830,30 @@ impl Coordinator {
                     Command::Holds => node.holds(&keys, &token).await,
                 }
             }
-            .boxed()
         })
     }
 
     /// Sends one request to every node at once, each bounded by the per-node timeout and
     /// timed. The requests own their data, so the stragglers of a round can outlive it.
-    fn fan_out<T, F>(&self, request: F) -> FuturesUnordered<BoxFuture<'static, Reply<T>>>
+    fn fan_out<T, F, R>(&self, request: F) -> FuturesUnordered<BoxFuture<'static, Reply<T>>>
     where
         T: Send + 'static,
-        F: Fn(Arc<dyn LockNode>) -> BoxFuture<'static, Result<T, NodeError>>,
+        F: Fn(Arc<dyn LockNode>) -> R,
+        R: std::future::Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         self.fan_out_to(0..self.nodes.len(), request)
     }
 
     /// [`fan_out`](Self::fan_out) to the nodes at `indices` only.
-    fn fan_out_to<T, F>(
+    fn fan_out_to<T, F, R>(
         &self,
         indices: impl IntoIterator<Item = usize>,
         request: F,
     ) -> FuturesUnordered<BoxFuture<'static, Reply<T>>>
     where
         T: Send + 'static,
-        F: Fn(Arc<dyn LockNode>) -> BoxFuture<'static, Result<T, NodeError>>,
+        F: Fn(Arc<dyn LockNode>) -> R,
+        R: std::future::Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         let timeout = self.config.node_timeout();
         indices

@@ -33,9 +33,12 @@ mod schedule;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use proptest::strategy::Strategy;
-use quorumlock::sim::{Outcome, Reply, SimCluster};
-use quorumlock::{LockConfig, LockError, LockToken};
+use quorumlock::node::LockNode;
+use quorumlock::sim::{Op, Outcome, Reply, SimCluster};
+use quorumlock::{LockConfig, LockError, LockToken, NodeError, Redlock};
 use tokio::time::Instant;
 
 use harness::{check, search};
@@ -467,7 +470,7 @@ fn fault_table_on_simulated_nodes() {
                 &set.outcome,
                 Outcome::Applied(applied) if matches!(applied.reply, Reply::Reset { .. })
             ));
-            assert!(log.iter().any(|r| r.op == quorumlock::sim::Op::Unlock));
+            assert!(log.iter().any(|r| r.op == Op::Unlock));
         }
 
         // A holder paused past its TTL: reports the lock lost, deletes nothing of the next.
@@ -524,6 +527,99 @@ fn every_node_receives_each_command() {
             assert_eq!(ops.len(), 2, "node {i} received {ops:?}");
         }
         guard.release().await.expect("release");
+    });
+}
+
+/// A node whose `SET` is overtaken by the release's unlock (as on a node still connecting,
+/// where both wait for the connection and go out in either order): the unlock finds
+/// nothing, the `SET` lands after it, and the coordinator must undo that `SET` itself.
+#[test]
+fn a_set_overtaken_by_the_release_is_undone() {
+    /// Delays `try_lock` only, so a later unlock reaches the node first.
+    #[derive(Debug)]
+    struct SlowSet(std::sync::Arc<dyn LockNode>);
+
+    impl LockNode for SlowSet {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn try_lock<'a>(
+            &'a self,
+            keys: &'a [std::sync::Arc<str>],
+            token: &'a LockToken,
+            ttl: Duration,
+        ) -> BoxFuture<'a, Result<bool, NodeError>> {
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                self.0.try_lock(keys, token, ttl).await
+            }
+            .boxed()
+        }
+        fn unlock<'a>(
+            &'a self,
+            keys: &'a [std::sync::Arc<str>],
+            token: &'a LockToken,
+        ) -> BoxFuture<'a, Result<bool, NodeError>> {
+            self.0.unlock(keys, token)
+        }
+        fn extend<'a>(
+            &'a self,
+            keys: &'a [std::sync::Arc<str>],
+            token: &'a LockToken,
+            ttl: Duration,
+        ) -> BoxFuture<'a, Result<bool, NodeError>> {
+            self.0.extend(keys, token, ttl)
+        }
+        fn holds<'a>(
+            &'a self,
+            keys: &'a [std::sync::Arc<str>],
+            token: &'a LockToken,
+        ) -> BoxFuture<'a, Result<bool, NodeError>> {
+            self.0.holds(keys, token)
+        }
+        fn read_counter<'a>(
+            &'a self,
+            keys: &'a [std::sync::Arc<str>],
+        ) -> BoxFuture<'a, Result<u64, NodeError>> {
+            self.0.read_counter(keys)
+        }
+        fn raise_counter<'a>(
+            &'a self,
+            keys: &'a [std::sync::Arc<str>],
+            value: u64,
+        ) -> BoxFuture<'a, Result<u64, NodeError>> {
+            self.0.raise_counter(keys, value)
+        }
+    }
+
+    const TTL: Duration = LockConfig::DEFAULT_TTL;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let cluster = SimCluster::new(5);
+        let mut nodes = cluster.lock_nodes();
+        nodes[4] = std::sync::Arc::new(SlowSet(std::sync::Arc::clone(&nodes[4])));
+        let lock = Redlock::from_nodes(nodes, LockConfig::default()).expect("lock");
+        let guard = lock.try_acquire("r").await.expect("acquire");
+        guard.release().await.expect("release");
+        // The late SET lands at 20 ms; the undo follows its reply.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(cluster.holders("r"), vec![None; 5]);
+        let ops: Vec<_> = cluster.node(4).log().into_iter().map(|r| r.op).collect();
+        assert_eq!(
+            ops,
+            [Op::Unlock, Op::Lock { ttl: TTL }, Op::Unlock],
+            "the release's unlock, the late SET, its undo"
+        );
+        // On the nodes where the SET came first, the release's unlock deleted it: nothing
+        // is sent twice.
+        for node in &cluster.nodes()[..4] {
+            let ops: Vec<_> = node.log().into_iter().map(|r| r.op).collect();
+            assert_eq!(ops, [Op::Lock { ttl: TTL }, Op::Unlock]);
+        }
     });
 }
 
