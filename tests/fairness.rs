@@ -1,0 +1,407 @@
+//! Fair hand-off (`LockConfig::fair`): blocking waiters queue on the nodes, and each release
+//! is reserved for the first live waiter in line, so the lock goes first come, first served,
+//! nobody barges, and a waiter that gives up or dies stops holding the line up.
+//!
+//! Each `Redlock` below is made by its own `redlock(&cluster, ..)`, with its own
+//! connections and client id, as in separate processes.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{cluster, eventually, raw_connection, redlock, retrying};
+use quorumlock::testkit::RedisCluster;
+use quorumlock::{LockConfig, LockError, LockGuard, Redlock};
+use redis::aio::MultiplexedConnection;
+use redis::FromRedisValue;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// The resource; without a key prefix it is also the lock key.
+const RESOURCE: &str = "fair";
+/// The nodes' queue of [`RESOURCE`] and the deadlines of its places.
+const QUEUE: &str = "quorumlock:waiters:fair";
+const DEADLINES: &str = "quorumlock:waiter-deadlines:fair";
+/// What a key reserved for a waiter holds, before the waiter's id.
+const RESERVED: &str = "quorumlock:reserved:";
+
+/// Far above any hand-off on a loaded machine: only a waiter that is never served hits it.
+const SERVED_WITHIN: Duration = Duration::from_secs(10);
+
+/// A blocking acquire that never runs out of retries, with the default delay and jitter:
+/// its queue place lasts 2 * 300 + 4 * 50 + 100 = 900 ms without a refresh.
+fn patient() -> LockConfig {
+    retrying(
+        10_000,
+        LockConfig::DEFAULT_RETRY_DELAY,
+        LockConfig::DEFAULT_RETRY_JITTER,
+    )
+}
+
+/// Retries every 100 ms, but with a place that lasts 2 * 100 + 4 * 500 + 100 = 2.3 s: a
+/// place that is gone well before that was given back, not left to lapse.
+fn long_lived_places() -> LockConfig {
+    retrying(10_000, Duration::from_millis(100), Duration::ZERO)
+        .to_builder()
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// Direct connections to every node, for looking at the lock key and its queue.
+struct Nodes(Vec<MultiplexedConnection>);
+
+impl Nodes {
+    async fn of(cluster: &RedisCluster) -> Self {
+        let mut connections = Vec::new();
+        for node in cluster.nodes() {
+            connections.push(raw_connection(node).await);
+        }
+        Nodes(connections)
+    }
+
+    /// Runs `args` on every node; the replies in node order.
+    async fn each<T: FromRedisValue>(&self, args: &[&str]) -> Vec<T> {
+        let mut replies = Vec::new();
+        for connection in &self.0 {
+            let mut connection = connection.clone();
+            let mut cmd = redis::cmd(args[0]);
+            for arg in &args[1..] {
+                cmd.arg(*arg);
+            }
+            let reply = cmd
+                .query_async(&mut connection)
+                .await
+                .unwrap_or_else(|err| panic!("{args:?}: {err}"));
+            replies.push(reply);
+        }
+        replies
+    }
+
+    /// How many waiters each node's queue holds.
+    async fn queue_lengths(&self) -> Vec<usize> {
+        self.each(&["ZCARD", QUEUE]).await
+    }
+
+    /// The lock key's value on each node.
+    async fn values(&self) -> Vec<Option<String>> {
+        self.each(&["GET", RESOURCE]).await
+    }
+
+    /// Waits until every node's queue holds exactly `waiters`.
+    async fn wait_queued(&self, waiters: usize) {
+        eventually(
+            &format!("{waiters} waiter(s) queued on every node"),
+            SERVED_WITHIN,
+            || async {
+                self.queue_lengths()
+                    .await
+                    .iter()
+                    .all(|&queued| queued == waiters)
+            },
+        )
+        .await;
+    }
+
+    /// Waits until no node's queue holds a waiter (`ZCARD` of a missing key is 0).
+    async fn wait_no_waiters(&self, limit: Duration) {
+        eventually("no waiter left in any node's queue", limit, || async {
+            self.queue_lengths().await.iter().all(|&queued| queued == 0)
+        })
+        .await;
+    }
+
+    /// Waits until the lock key is gone from every node, asserting on the way that it is
+    /// never reserved for anybody.
+    async fn wait_free(&self) {
+        eventually(
+            "the lock key gone from every node",
+            Duration::from_secs(2),
+            || async {
+                let values = self.values().await;
+                assert!(
+                    !values.iter().flatten().any(|v| v.starts_with(RESERVED)),
+                    "the release reserved the key: {values:?}"
+                );
+                values.iter().all(Option::is_none)
+            },
+        )
+        .await;
+    }
+
+    /// Queues a waiter that will never claim anything, first in line on every node: its
+    /// place lapses `lifetime` after each node's clock now. Returns an instant no later
+    /// than the earliest moment it lapses.
+    async fn insert_ghost(&self, waiter: &str, lifetime: Duration) -> Instant {
+        let before = Instant::now();
+        let times: Vec<(u64, u64)> = self.each(&["TIME"]).await;
+        for (connection, (seconds, micros)) in self.0.iter().zip(times) {
+            let lapses = seconds * 1000 + micros / 1000 + lifetime.as_millis() as u64;
+            let mut connection = connection.clone();
+            let () = redis::pipe()
+                .cmd("ZADD")
+                .arg(QUEUE)
+                .arg(0)
+                .arg(waiter)
+                .ignore()
+                .cmd("HSET")
+                .arg(DEADLINES)
+                .arg(waiter)
+                .arg(lapses)
+                .ignore()
+                .query_async(&mut connection)
+                .await
+                .expect("queue the ghost");
+        }
+        before + lifetime
+    }
+}
+
+/// A cluster of `nodes` nodes and a client of it, with `config`, that holds [`RESOURCE`].
+async fn holding(nodes: usize, config: LockConfig) -> (RedisCluster, Nodes, Redlock, LockGuard) {
+    let cluster = cluster(nodes).await;
+    let direct = Nodes::of(&cluster).await;
+    let holder = redlock(&cluster, config).await;
+    let guard = holder.try_acquire(RESOURCE).await.unwrap();
+    (cluster, direct, holder, guard)
+}
+
+/// After a waiter gave its place up: no node queues it any more, well before its place
+/// (2.3 s, see [`long_lived_places`]) would lapse; once `held` is released, the key is
+/// free everywhere rather than reserved, and `waiter` takes it at once.
+async fn gave_its_place_back(nodes: &Nodes, held: LockGuard, waiter: &Redlock) {
+    nodes.wait_no_waiters(Duration::from_secs(1)).await;
+    held.release().await.unwrap();
+    nodes.wait_free().await;
+    let guard = waiter
+        .try_acquire(RESOURCE)
+        .await
+        .expect("the released lock is free");
+    guard.release().await.unwrap();
+}
+
+/// Starts a blocking acquire of [`RESOURCE`] in the background; it answers when it got the
+/// lock, and the guard.
+fn spawn_waiter(lock: &Redlock) -> JoinHandle<(Instant, LockGuard)> {
+    let lock = lock.clone();
+    tokio::spawn(async move {
+        let guard = lock.acquire(RESOURCE).await.expect("the waiter's acquire");
+        (Instant::now(), guard)
+    })
+}
+
+/// Waits for a waiter started by [`spawn_waiter`] to get the lock.
+async fn served(waiter: JoinHandle<(Instant, LockGuard)>) -> (Instant, LockGuard) {
+    tokio::time::timeout(SERVED_WITHIN, waiter)
+        .await
+        .expect("the waiter was never served")
+        .expect("the waiter's task")
+}
+
+#[tokio::test]
+async fn releases_go_first_come_first_served_across_clients() {
+    let (cluster, nodes, _holder, held) = holding(5, patient()).await;
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for id in 1..=3 {
+        let lock = redlock(&cluster, patient()).await;
+        let order = Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.acquire(RESOURCE).await.expect("the waiter's acquire");
+            order.lock().unwrap().push(id);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.release().await.expect("the waiter's release");
+        }));
+        // The next waiter comes only once this one is in line everywhere.
+        nodes.wait_queued(id).await;
+    }
+
+    held.release().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(SERVED_WITHIN * 3, waiter)
+            .await
+            .expect("every waiter served")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3]);
+    nodes.wait_no_waiters(Duration::from_secs(2)).await;
+}
+
+#[tokio::test]
+async fn the_releaser_cannot_barge_in_ahead_of_the_line() {
+    let (cluster, nodes, holder, held) = holding(3, patient()).await;
+    let waiter = spawn_waiter(&redlock(&cluster, patient()).await);
+    nodes.wait_queued(1).await;
+
+    held.release().await.unwrap();
+    match holder.try_acquire(RESOURCE).await {
+        Err(LockError::Held { .. }) => {}
+        other => panic!("the releaser took the lock back from the line: {other:?}"),
+    }
+
+    let (_, guard) = served(waiter).await;
+    let token = guard.token().as_str().to_owned();
+    eventually(
+        "the waiter's token on every node",
+        Duration::from_secs(2),
+        || async {
+            nodes
+                .values()
+                .await
+                .iter()
+                .all(|value| value.as_deref() == Some(&*token))
+        },
+    )
+    .await;
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaves_the_queue() {
+    let (cluster, nodes, _holder, held) = holding(3, patient()).await;
+    let waiter = redlock(&cluster, long_lived_places()).await;
+
+    let attempts_before = waiter.metrics().attempts;
+    let started = Instant::now();
+    let outcome = waiter
+        .acquire_timeout(RESOURCE, Duration::from_millis(300))
+        .await;
+    // TimedOut when the deadline cut an attempt short; the last attempt's error when the
+    // next wait would have ended past it (see `DistributedLock::acquire_timeout`).
+    match outcome {
+        Err(LockError::TimedOut { .. } | LockError::Held { .. }) => {}
+        other => panic!("expected the waiter to give up: {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "gave up late");
+    // The second attempt of a blocking acquire that found the lock held is the one that
+    // queues it.
+    let attempts = waiter.metrics().attempts - attempts_before;
+    assert!(
+        attempts >= 2,
+        "the waiter never queued: {attempts} attempt(s)"
+    );
+
+    gave_its_place_back(&nodes, held, &waiter).await;
+}
+
+#[tokio::test]
+async fn a_dropped_acquire_leaves_the_queue() {
+    let (cluster, nodes, _holder, held) = holding(3, patient()).await;
+    let waiter = redlock(&cluster, long_lived_places()).await;
+
+    // The acquire is dropped by the timeout, after it was seen in line.
+    let (outcome, ()) = tokio::join!(
+        tokio::time::timeout(Duration::from_millis(500), waiter.acquire(RESOURCE)),
+        nodes.wait_queued(1),
+    );
+    assert!(outcome.is_err(), "the waiter got a held lock: {outcome:?}");
+
+    gave_its_place_back(&nodes, held, &waiter).await;
+}
+
+#[tokio::test]
+async fn a_dead_waiter_holds_the_line_up_only_until_its_place_lapses() {
+    let (cluster, nodes, _holder, held) = holding(3, patient()).await;
+    let waiter = spawn_waiter(&redlock(&cluster, patient()).await);
+    nodes.wait_queued(1).await;
+
+    // A waiter that died: first in line (ticket 0), its place lapsing in 1.5 s.
+    let ghost = "ghost:1";
+    let lapsed = nodes.insert_ghost(ghost, Duration::from_millis(1500)).await;
+    held.release().await.unwrap();
+
+    // The release went to the ghost: the key is reserved for it, held by no token, so
+    // neither `is_acquired` nor `refresh` of any guard can count it as theirs.
+    let reserved = format!("{RESERVED}{ghost}");
+    eventually(
+        "the key reserved for the ghost on every node",
+        Duration::from_secs(1),
+        || async {
+            let values = nodes.values().await;
+            values
+                .iter()
+                .all(|value| value.as_deref() == Some(&*reserved))
+        },
+    )
+    .await;
+
+    let (got_it, guard) = served(waiter).await;
+    // The reservation's PX ends when the ghost's place lapses, never earlier; 100 ms spare
+    // for rounding to whole milliseconds.
+    assert!(
+        got_it + Duration::from_millis(100) >= lapsed,
+        "the waiter took the key {:?} before the ghost's place lapsed",
+        lapsed - got_it
+    );
+    // The release that reserved the key for the ghost took it out of line.
+    let queues: Vec<Vec<String>> = nodes.each(&["ZRANGE", QUEUE, "0", "-1"]).await;
+    assert!(
+        !queues.iter().flatten().any(|queued| queued == ghost),
+        "{queues:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn unfair_waiters_never_queue() {
+    let unfair = patient().to_builder().fair(false).build().unwrap();
+    let (cluster, nodes, _holder, held) = holding(3, unfair.clone()).await;
+    let lock = redlock(&cluster, unfair).await;
+    let attempts_before = lock.metrics().attempts;
+    let waiter = spawn_waiter(&lock);
+
+    // Several attempts, none of them queued anywhere.
+    eventually("three attempts of the waiter", SERVED_WITHIN, || async {
+        let exists: Vec<usize> = nodes.each(&["EXISTS", QUEUE, DEADLINES]).await;
+        assert!(exists.iter().all(|&n| n == 0), "queue keys: {exists:?}");
+        lock.metrics().attempts - attempts_before >= 3
+    })
+    .await;
+
+    held.release().await.unwrap();
+    let (_, guard) = served(waiter).await;
+    guard.release().await.unwrap();
+    let exists: Vec<usize> = nodes.each(&["EXISTS", QUEUE, DEADLINES]).await;
+    assert!(exists.iter().all(|&n| n == 0), "queue keys: {exists:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_client_starves_under_contention() {
+    const CLIENTS: usize = 4;
+    let cluster = cluster(5).await;
+    let inside = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(redlock(&cluster, patient()).await);
+    }
+    let until = Instant::now() + Duration::from_millis(1500);
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|lock| {
+            let inside = Arc::clone(&inside);
+            tokio::spawn(async move {
+                let mut acquisitions = 0_u32;
+                while Instant::now() < until {
+                    let guard = lock.acquire(RESOURCE).await.expect("acquire");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    acquisitions += 1;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+                acquisitions
+            })
+        })
+        .collect();
+    let mut counts = Vec::new();
+    for task in tasks {
+        counts.push(task.await.expect("a client broke exclusivity or failed"));
+    }
+    println!("acquisitions per client: {counts:?}");
+    let most = *counts.iter().max().unwrap();
+    let least = *counts.iter().min().unwrap();
+    assert!(least * 2 >= most, "a client starved: {counts:?}");
+}
