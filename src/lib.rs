@@ -25,7 +25,8 @@
 //! let urls = (1..=5).map(|i| format!("redis://127.0.0.1:700{i}"));
 //! let lock = Redlock::connect(urls, LockConfig::default()).await?;
 //!
-//! // Bounded retries with jittered waits; a waiter is woken as soon as the holder releases.
+//! // Bounded retries. Contended, it queues on the nodes: the holder's release hands the
+//! // lock to the waiter that came first and wakes that one (see `LockConfig::fair`).
 //! let guard = lock.acquire("order:12345").await?;
 //! // ... the critical section, finished within guard.validity() ...
 //! guard.release().await?; // compare-and-delete on every node

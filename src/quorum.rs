@@ -488,13 +488,17 @@ impl Coordinator {
                     }
                     if let (true, None, Some(place)) = (held, &queued, &place) {
                         // Join the line: watch for the reservation first, so that none is
-                        // missed, then queue with an attempt at once. From now on this
-                        // acquisition has a place to give back when it ends without the
-                        // lock, however it ends (an error, a timeout, this future dropped).
+                        // missed, then queue with an attempt at once (without announcements
+                        // to wake it, with the next attempt, after the usual wait). From now
+                        // on this acquisition has a place to give back when it ends without
+                        // the lock, however it ends (an error, a timeout, this future
+                        // dropped).
                         turns = self.reservation_watches().await;
                         queued = Some(self.leave_queue_on_drop(keys, place));
-                        last_error = Some(error);
-                        continue;
+                        if turns.is_some() {
+                            last_error = Some(error);
+                            continue;
+                        }
                     }
                     if held
                         && place.is_none()

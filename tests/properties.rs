@@ -125,7 +125,8 @@ fn invariant_4_writes_are_conditional_on_our_token() {
     );
 }
 
-/// 5. Before any retry, and before returning a failure, a release is sent to all N nodes
+/// 5. Before any retry, and before returning a failure, a release is sent to every node
+///    that may hold the attempt's keys: all N but those whose refusal the client heard
 ///    (also when the acquisition is abandoned mid-round).
 #[test]
 fn invariant_5_failed_attempts_release_every_node() {

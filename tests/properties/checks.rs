@@ -292,8 +292,22 @@ pub fn token_conditional_writes(trace: &Trace) -> Verdict {
     Ok(())
 }
 
-/// 5. Before any retry, and before returning a failure, a release is sent to all N nodes.
+/// Whether the client heard `record`'s node refuse it in time: a lock command that node
+/// answered no to took nothing there (each lock command is atomic).
+fn heard_refused(record: &OpRecord, timeout: Duration) -> bool {
+    match &record.outcome {
+        Outcome::Applied(applied) => {
+            !applied.result
+                && matches!(applied.reply, Reply::Sent { at } if at <= record.sent_at + timeout)
+        }
+        _ => false,
+    }
+}
+
+/// 5. Before any retry, and before returning a failure, a release is sent to every node
+///    that may hold the attempt's keys: all N, except those whose refusal the client heard.
 pub fn rollback_on_all_nodes(trace: &Trace) -> Verdict {
+    let timeout = trace.config.node_timeout();
     for attempt in &trace.attempts {
         let tries = tries(trace, attempt);
         let granted = attempt.grant().map(|grant| &grant.token);
@@ -313,10 +327,20 @@ pub fn rollback_on_all_nodes(trace: &Trace) -> Verdict {
                 })
                 .map(|(node, _)| *node)
                 .collect();
-            if unlocked.len() != trace.nodes {
+            let refused: BTreeSet<usize> = trace
+                .ops_of(&attempt.client_name, &attempt_try.token)
+                .filter(|(_, record)| {
+                    matches!(record.op, Op::Lock { .. }) && heard_refused(record, timeout)
+                })
+                .map(|(node, _)| *node)
+                .collect();
+            let missing: Vec<usize> = (0..trace.nodes)
+                .filter(|node| !unlocked.contains(node) && !refused.contains(node))
+                .collect();
+            if !missing.is_empty() {
                 return Err(format!(
                     "client {}'s failed attempt on {} (token {}, sent {}) was released on nodes \
-                     {unlocked:?} only before {} ({})",
+                     {unlocked:?} only (refused by {refused:?}) before {} ({})",
                     attempt.client,
                     attempt.resource,
                     attempt_try.token,
@@ -546,14 +570,17 @@ pub fn bounded_jittered_retries(trace: &Trace) -> Result<Vec<Duration>, String> 
             }
         }
         for pair in tries.windows(2) {
+            // The attempt ends when every node answered its lock request (or timed out)
+            // and the rollback, where one was needed, is done.
             let rollback_done = trace
                 .ops_of(&attempt.client_name, &pair[0].token)
                 .filter(|(_, record)| {
-                    record.op == Op::Unlock && record.sent_at <= pair[1].first_sent
+                    matches!(record.op, Op::Unlock | Op::Lock { .. })
+                        && record.sent_at <= pair[1].first_sent
                 })
                 .map(|(_, record)| completion(record, config.node_timeout()))
                 .max()
-                .ok_or("an attempt was retried without a rollback")?;
+                .ok_or("an attempt was retried without having been sent")?;
             let wait = pair[1].first_sent.saturating_duration_since(rollback_done);
             if wait < low || wait > high {
                 return Err(format!(
