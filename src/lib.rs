@@ -154,6 +154,7 @@ mod quorum;
 mod redlock;
 mod resource;
 mod retry;
+mod round;
 mod scoped;
 mod single;
 mod token;

@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use tokio::time::Instant;
 
 use crate::config::LockConfig;
@@ -26,6 +25,7 @@ use crate::metrics::Counters;
 use crate::node::{LockNode, QueuePlace};
 use crate::resource::{Keys, Resources};
 use crate::retry::retry_wait;
+use crate::round::Round;
 use crate::token::LockToken;
 
 /// The nodes of a lock, shared by every lock instance derived from the same connections.
@@ -75,9 +75,8 @@ enum Answer {
     Failed,
 }
 
-/// A node's index, its answer, and how long it took.
-type Reply<T> = (usize, Result<T, NodeError>, Duration);
-type InFlight = FuturesUnordered<BoxFuture<'static, Reply<bool>>>;
+/// The requests of a lock, unlock, extend or holds round still waiting for an answer.
+type InFlight = Round<bool>;
 
 impl Coordinator {
     /// A coordinator over `nodes`, which must be non-empty and have distinct names.
@@ -839,7 +838,7 @@ impl Coordinator {
 
     /// Sends one request to every node at once, each bounded by the per-node timeout and
     /// timed. The requests own their data, so the stragglers of a round can outlive it.
-    fn fan_out<T, F, R>(&self, request: F) -> FuturesUnordered<BoxFuture<'static, Reply<T>>>
+    fn fan_out<T, F, R>(&self, request: F) -> Round<T>
     where
         T: Send + 'static,
         F: Fn(Arc<dyn LockNode>) -> R,
@@ -849,31 +848,17 @@ impl Coordinator {
     }
 
     /// [`fan_out`](Self::fan_out) to the nodes at `indices` only.
-    fn fan_out_to<T, F, R>(
-        &self,
-        indices: impl IntoIterator<Item = usize>,
-        request: F,
-    ) -> FuturesUnordered<BoxFuture<'static, Reply<T>>>
+    fn fan_out_to<T, F, R>(&self, indices: impl IntoIterator<Item = usize>, request: F) -> Round<T>
     where
         T: Send + 'static,
         F: Fn(Arc<dyn LockNode>) -> R,
         R: std::future::Future<Output = Result<T, NodeError>> + Send + 'static,
     {
-        let timeout = self.config.node_timeout();
-        indices
-            .into_iter()
-            .map(|index| {
-                let request = request(Arc::clone(&self.nodes[index]));
-                async move {
-                    let sent = Instant::now();
-                    let reply = tokio::time::timeout(timeout, request)
-                        .await
-                        .unwrap_or(Err(NodeError::Timeout(timeout)));
-                    (index, reply, sent.elapsed())
-                }
-                .boxed()
-            })
-            .collect()
+        let mut round = Round::new(self.config.node_timeout());
+        for index in indices {
+            round.push(index, request(Arc::clone(&self.nodes[index])));
+        }
+        round
     }
 
     fn empty_tally(&self) -> Tally {
@@ -1036,7 +1021,7 @@ struct Stragglers {
 /// future was never polled has not been sent yet.
 fn finish_in_background(in_flight: InFlight) {
     if !in_flight.is_empty() {
-        spawn_detached(in_flight.for_each(|_| async {}));
+        spawn_detached(in_flight.finish());
     }
 }
 
