@@ -15,6 +15,9 @@ use redis::{Script, Value};
 pub enum Contender {
     /// `quorumlock::Redlock` (or `RedisLock` in the single-node scenario).
     Quorumlock,
+    /// `quorumlock::Redlock` with `fair(false)`: waiters race for each release, as with
+    /// other Redlock clients; shows what the fair queue changes under contention.
+    QuorumlockUnfair,
     /// rslock 0.10 `LockManager`.
     Rslock,
     /// The same Redis commands sent by hand with redis-rs: the floor.
@@ -28,6 +31,7 @@ impl Contender {
     pub fn label(self) -> &'static str {
         match self {
             Contender::Quorumlock => "quorumlock",
+            Contender::QuorumlockUnfair => "quorumlock-unfair",
             Contender::Rslock => "rslock",
             Contender::Floor => "floor",
             Contender::NoLock => "no-lock",
@@ -70,6 +74,14 @@ impl Client {
                     .await
                     .expect("Redlock::connect"),
             ),
+            Contender::QuorumlockUnfair => {
+                let unfair = config.to_builder().fair(false).build().expect("config");
+                Client::Redlock(
+                    Redlock::connect(urls, unfair)
+                        .await
+                        .expect("Redlock::connect"),
+                )
+            }
             // As a user would: its constructor, its default retries (3 attempts, a random
             // 0-200 ms wait between them), its default connections.
             Contender::Rslock => Client::Rslock {
