@@ -438,20 +438,21 @@ impl Coordinator {
                 .map_err(|_| timed_out(None))?,
         };
         let mut retries_left = self.config.retry_count();
-        // This acquisition's place in the nodes' queues, taken at its first wait: the ticket
-        // is when it began, so it queues behind every waiter that began before it.
-        let place = self.config.fair().then(|| Arc::new(self.queue_place()));
+        // This acquisition's place in the nodes' queues, made when it first queues (most
+        // acquisitions never do). Its ticket is when the acquisition began, so it queues
+        // behind every waiter that began before it.
+        let fair = self.config.fair();
+        let began = std::time::SystemTime::now();
+        let mut place: Option<Arc<QueuePlace>> = None;
         let mut queued: Option<LeaveQueueOnDrop> = None;
         // Announcements of the keys reserved for this waiter (fair) or of the key's releases.
         let mut turns: Option<ReleaseWatches> = None;
         let mut releases: Option<ReleaseWatches> = None;
-        if let Some(place) = place
-            .as_ref()
-            .filter(|_| self.queues.recently_contended(keys))
-        {
+        if fair && self.queues.recently_contended(keys) {
             // Found held moments ago: expect to wait, and queue on the first attempt.
+            let made = place.insert(Arc::new(self.queue_place(began)));
             turns = self.reservation_watches().await;
-            queued = Some(self.leave_queue_on_drop(keys, place));
+            queued = Some(self.leave_queue_on_drop(keys, made));
         }
         let mut last_error: Option<LockError> = None;
         // Wake-ups this acquisition lost to another waiter; widens its spread.
@@ -463,11 +464,12 @@ impl Coordinator {
             let attempt_started = Instant::now();
             // The first attempt is a plain one, the same as an uncontended lock takes; every
             // later one queues (or refreshes the place) when refused.
-            let queued_place = queued.as_ref().and(place.as_ref());
+            let queued_place = queued.as_ref().and(place.clone());
             let attempt = match deadline {
-                None => self.attempt(&validated, queued_place).await,
+                None => self.attempt(&validated, queued_place.as_ref()).await,
                 Some(deadline) => {
-                    tokio::time::timeout_at(deadline, self.attempt(&validated, queued_place))
+                    let attempt = self.attempt(&validated, queued_place.as_ref());
+                    tokio::time::timeout_at(deadline, attempt)
                         .await
                         .unwrap_or_else(|_| Err(timed_out(last_error.take())))
                 }
@@ -485,7 +487,8 @@ impl Coordinator {
                     if held {
                         self.queues.note_contended(keys);
                     }
-                    if let (true, None, Some(place)) = (held, &queued, &place) {
+                    if held && fair && queued.is_none() {
+                        let place = place.get_or_insert_with(|| Arc::new(self.queue_place(began)));
                         // Join the line: watch for the reservation first, so that none is
                         // missed, then queue with an attempt at once (without announcements
                         // to wake it, with the next attempt, after the usual wait). From now
@@ -499,11 +502,7 @@ impl Coordinator {
                             continue;
                         }
                     }
-                    if held
-                        && place.is_none()
-                        && releases.is_none()
-                        && self.config.notify_releases()
-                    {
+                    if held && !fair && releases.is_none() && self.config.notify_releases() {
                         // Only now, once contended: an uncontended lock never subscribes.
                         // A lock over several resources watches the first: its release
                         // announces every key, the first among them. A release announced
@@ -516,7 +515,7 @@ impl Coordinator {
                         }
                     }
                     let round = attempt_started.elapsed();
-                    match (&mut turns, queued_place, &mut releases) {
+                    match (&mut turns, &queued_place, &mut releases) {
                         (Some(turns), Some(place), _) if held => {
                             let grace = round.max(MIN_RESERVATION_GRACE);
                             turns
@@ -717,12 +716,12 @@ impl Coordinator {
         while in_flight.next().await.is_some() {}
     }
 
-    /// A new place in the queues, for one blocking acquisition.
+    /// A new place in the queues, for one blocking acquisition that began at `began`.
     ///
     /// The place lapses when not refreshed for longer than a waiter ever goes between two
     /// attempts (two of the longest retry waits and four node timeouts, plus a margin for
     /// scheduling), so a live waiter keeps it and a dead one holds the line up no longer.
-    fn queue_place(&self) -> QueuePlace {
+    fn queue_place(&self, began: std::time::SystemTime) -> QueuePlace {
         let longest_wait = self
             .config
             .retry_delay()
@@ -731,7 +730,7 @@ impl Coordinator {
             .saturating_mul(2)
             .saturating_add(self.config.node_timeout().saturating_mul(4))
             .saturating_add(QUEUE_PLACE_MARGIN);
-        let ticket = std::time::SystemTime::now()
+        let ticket = began
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| {
                 u64::try_from(since.as_micros()).unwrap_or(u64::MAX)

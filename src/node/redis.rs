@@ -7,10 +7,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Script, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisWrite, Script, ServerErrorKind, Value};
 
 use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
-use super::scripts::{self, queue_keys};
+use super::scripts::{self, DEADLINES_PREFIX, QUEUE_PREFIX};
 use super::{redact_url, LockNode, QueuePlace, ReleaseWatch};
 use crate::error::{LockError, NodeError};
 use crate::fencing::RAISE_COUNTER_SCRIPT;
@@ -99,39 +99,30 @@ impl RedisNode {
         self
     }
 
-    /// Runs `script` over `keys` and returns its integer reply.
-    async fn run_script(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<u64, NodeError> {
+    /// Runs the `EVALSHA` of `script` that `call` built and returns its integer reply,
+    /// loading the script first when the node answers `NOSCRIPT` (after a restart or a
+    /// `SCRIPT FLUSH`).
+    async fn run_script(&self, script: &Script, call: &Cmd) -> Result<u64, NodeError> {
         let mut connection = self.connection.clone();
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
+        match call.query_async::<u64>(&mut connection).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script
+                    .load_async(&mut connection)
+                    .await
+                    .map_err(node_error)?;
+                call.query_async(&mut connection).await.map_err(node_error)
+            }
+            result => result.map_err(node_error),
         }
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        invocation
-            .invoke_async(&mut connection)
-            .await
-            .map_err(node_error)
     }
 
     /// Runs a script that is safe to repeat (compare-and-delete, compare-and-pexpire, raise
     /// a counter), once more if the first try found the connection broken. The first command
     /// after a reset fails without reaching the node while the connection is re-made, and
     /// an unlock that never arrives would leave our key on that node for a whole TTL.
-    async fn run_repeatable_script(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<u64, NodeError> {
-        match self.run_script(script, keys, args).await {
-            Err(NodeError::Connection(_)) => self.run_script(script, keys, args).await,
+    async fn run_repeatable_script(&self, script: &Script, call: &Cmd) -> Result<u64, NodeError> {
+        match self.run_script(script, call).await {
+            Err(NodeError::Connection(_)) => self.run_script(script, call).await,
             result => result,
         }
     }
@@ -189,18 +180,15 @@ impl LockNode for RedisNode {
         async move {
             let ttl = millis(ttl);
             let [key] = keys else {
-                let taken = self
-                    .run_script(
-                        &self.lock,
-                        &key_names(keys),
-                        &[token.as_str(), &ttl.to_string()],
-                    )
-                    .await?;
+                let call = script_call(&self.lock, keys, None, &[token.as_str(), &ttl.to_string()]);
+                let taken = self.run_script(&self.lock, &call).await?;
                 return Ok(taken == 1);
             };
             // The common case: one plain command, no script.
             let mut connection = self.connection.clone();
-            let reply: Value = redis::cmd("SET")
+            let mut set = Cmd::with_capacity(6, key.len() + token.as_str().len() + 32);
+            let reply: Value = set
+                .arg("SET")
                 .arg(&**key)
                 .arg(token.as_str())
                 .arg("NX")
@@ -226,14 +214,9 @@ impl LockNode for RedisNode {
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
-            let queue = queue_keys(first_key(keys)?);
-            let all = self
-                .run_repeatable_script(
-                    &self.unlock,
-                    &with_queue(keys, &queue),
-                    &[token.as_str(), self.channel_prefix()],
-                )
-                .await?;
+            let args = [token.as_str(), self.channel_prefix()];
+            let call = script_call(&self.unlock, keys, Some(first_key(keys)?), &args);
+            let all = self.run_repeatable_script(&self.unlock, &call).await?;
             Ok(all == 1)
         }
         .boxed()
@@ -247,9 +230,8 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let ttl = millis(ttl).to_string();
-            let extended = self
-                .run_repeatable_script(&self.extend, &key_names(keys), &[token.as_str(), &ttl])
-                .await?;
+            let call = script_call(&self.extend, keys, None, &[token.as_str(), &ttl]);
+            let extended = self.run_repeatable_script(&self.extend, &call).await?;
             Ok(extended == 1)
         }
         .boxed()
@@ -289,8 +271,8 @@ impl LockNode for RedisNode {
         value: u64,
     ) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
-            self.run_repeatable_script(&self.raise_counter, &key_names(keys), &[&value.to_string()])
-                .await
+            let call = script_call(&self.raise_counter, keys, None, &[&value.to_string()]);
+            self.run_repeatable_script(&self.raise_counter, &call).await
         }
         .boxed()
     }
@@ -303,20 +285,15 @@ impl LockNode for RedisNode {
         place: &'a QueuePlace,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
-            let queue = queue_keys(first_key(keys)?);
-            let taken = self
-                .run_script(
-                    &self.lock_queued,
-                    &with_queue(keys, &queue),
-                    &[
-                        token.as_str(),
-                        &millis(ttl).to_string(),
-                        place.waiter.as_str(),
-                        &place.ticket.to_string(),
-                        &millis(place.lifetime).max(1).to_string(),
-                    ],
-                )
-                .await?;
+            let args = [
+                token.as_str(),
+                &millis(ttl).to_string(),
+                place.waiter.as_str(),
+                &place.ticket.to_string(),
+                &millis(place.lifetime).max(1).to_string(),
+            ];
+            let call = script_call(&self.lock_queued, keys, Some(first_key(keys)?), &args);
+            let taken = self.run_script(&self.lock_queued, &call).await?;
             Ok(taken == 1)
         }
         .boxed()
@@ -328,15 +305,13 @@ impl LockNode for RedisNode {
         waiter: &'a LockToken,
     ) -> BoxFuture<'a, Result<(), NodeError>> {
         async move {
-            let key = first_key(keys)?;
-            let [queue, deadlines] = queue_keys(key);
-            self.run_repeatable_script(
-                &self.leave_queue,
-                &[key, &queue, &deadlines],
-                &[waiter.as_str(), self.channel_prefix()],
-            )
-            .await
-            .map(drop)
+            // The script takes the first lock key and its queue keys only.
+            let first = &keys[..1.min(keys.len())];
+            let args = [waiter.as_str(), self.channel_prefix()];
+            let call = script_call(&self.leave_queue, first, Some(first_key(keys)?), &args);
+            self.run_repeatable_script(&self.leave_queue, &call)
+                .await
+                .map(drop)
         }
         .boxed()
     }
@@ -371,16 +346,30 @@ fn first_key(keys: &[Arc<str>]) -> Result<&str, NodeError> {
         .ok_or_else(|| NodeError::Redis("a lock needs at least one key".to_owned()))
 }
 
-/// The names of `keys`, as a script takes them.
-fn key_names(keys: &[Arc<str>]) -> Vec<&str> {
-    keys.iter().map(|key| &**key).collect()
-}
-
-/// The names of `keys` followed by the first key's queue keys.
-fn with_queue<'a>(keys: &'a [Arc<str>], queue: &'a [String; 2]) -> Vec<&'a str> {
-    let mut names = key_names(keys);
-    names.extend(queue.iter().map(String::as_str));
-    names
+/// An `EVALSHA` of `script` built in one pre-sized command: the hash, the key count,
+/// then `keys` (and, with `queue_of`, the queue keys of that lock key), then `args`. It
+/// saves the script invocation's intermediate vectors and strings on every call.
+fn script_call(script: &Script, keys: &[Arc<str>], queue_of: Option<&str>, args: &[&str]) -> Cmd {
+    let queue_keys = if queue_of.is_some() { 2 } else { 0 };
+    let bytes = 64
+        + keys.iter().map(|key| key.len()).sum::<usize>()
+        + queue_of.map_or(0, |key| 2 * key.len() + 48)
+        + args.iter().map(|arg| arg.len()).sum::<usize>();
+    let mut call = Cmd::with_capacity(3 + keys.len() + queue_keys + args.len(), bytes);
+    call.arg("EVALSHA")
+        .arg(script.get_hash())
+        .arg(keys.len() + queue_keys);
+    for key in keys {
+        call.arg(&**key);
+    }
+    if let Some(key) = queue_of {
+        call.write_arg_fmt(format_args!("{QUEUE_PREFIX}{key}"));
+        call.write_arg_fmt(format_args!("{DEADLINES_PREFIX}{key}"));
+    }
+    for arg in args {
+        call.arg(*arg);
+    }
+    call
 }
 
 /// The TTL in whole milliseconds, as Redis `PX` takes it. Configuration validation keeps

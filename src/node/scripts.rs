@@ -14,13 +14,11 @@
 //! behind. The scripts read the node's clock (`TIME`), which needs Redis 5 or later
 //! (scripts replicated by their effects).
 
-/// The queue keys of the lock key `key`: the waiters in order, and their deadlines.
-pub(super) fn queue_keys(key: &str) -> [String; 2] {
-    [
-        format!("quorumlock:waiters:{key}"),
-        format!("quorumlock:waiter-deadlines:{key}"),
-    ]
-}
+/// The queue of the lock key `key` is this prefix and the key: the waiters in order.
+pub(super) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
+
+/// The deadlines of the waiters in the queue of `key` are under this prefix and the key.
+pub(super) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
 
 /// Lua shared by the scripts that free a key: hands it to the first waiter in line.
 macro_rules! pass_on_lua {
@@ -195,13 +193,9 @@ mod tests {
     }
 
     #[test]
-    fn queue_keys_are_named_after_the_lock_key() {
-        assert_eq!(
-            queue_keys("orders:7"),
-            [
-                "quorumlock:waiters:orders:7".to_owned(),
-                "quorumlock:waiter-deadlines:orders:7".to_owned()
-            ]
-        );
+    fn the_key_table_names_the_queue_prefixes() {
+        let module_docs = include_str!("scripts.rs");
+        assert!(module_docs.contains(&format!("`{QUEUE_PREFIX}<key>`")));
+        assert!(module_docs.contains(&format!("`{DEADLINES_PREFIX}<key>`")));
     }
 }
