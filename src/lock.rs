@@ -80,6 +80,10 @@ pub trait DistributedLock: Send + Sync {
     /// Like [`acquire`](Self::acquire), but gives up once `timeout` has passed, whatever
     /// retries remain: [`LockError::TimedOut`] if an attempt was still running then, or the
     /// last attempt's error if the next wait would have ended past it.
+    ///
+    /// An acquisition that had joined the nodes' queue (see
+    /// [`LockConfig::fair`](crate::LockConfig::fair)) gives its place back before it
+    /// returns, which can add up to one node timeout after `timeout`.
     fn acquire_timeout(
         &self,
         resource: &str,
