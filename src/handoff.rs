@@ -210,6 +210,11 @@ impl LocalQueues {
             .is_some_and(|seen| seen.elapsed() < CONTENTION_MEMORY)
     }
 
+    /// Whether a blocking acquisition of `keys` in this process holds or waits for a turn.
+    pub(crate) fn has_waiters(&self, keys: &Keys) -> bool {
+        lock(&self.queues).contains_key(keys)
+    }
+
     /// Waits for this process's turn to contend for `keys`.
     pub(crate) async fn turn(self: &Arc<Self>, keys: &Keys) -> LocalTurn {
         let queue = Arc::clone(lock(&self.queues).entry(Arc::clone(keys)).or_default());

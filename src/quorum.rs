@@ -430,13 +430,21 @@ impl Coordinator {
             last: last.map(Box::new),
         };
         // Blocking acquisitions of the same resources in this process take turns, so they
-        // never split each other's votes; the turn ends when this function returns.
-        let _turn = match deadline {
-            None => self.queues.turn(keys).await,
-            Some(deadline) => tokio::time::timeout_at(deadline, self.queues.turn(keys))
-                .await
-                .map_err(|_| timed_out(None))?,
+        // never split each other's votes; the turn ends when this function returns. One
+        // that finds nobody waiting here tries first and takes a turn only once it has to
+        // wait: an uncontended lock never touches the turns.
+        let take_turn = || async {
+            match deadline {
+                None => Ok(self.queues.turn(keys).await),
+                Some(deadline) => tokio::time::timeout_at(deadline, self.queues.turn(keys))
+                    .await
+                    .map_err(|_| ()),
+            }
         };
+        let mut turn = None;
+        if self.queues.has_waiters(keys) {
+            turn = Some(take_turn().await.map_err(|()| timed_out(None))?);
+        }
         let mut retries_left = self.config.retry_count();
         // This acquisition's place in the nodes' queues, made when it first queues (most
         // acquisitions never do). Its ticket is when the acquisition began, so it queues
@@ -486,6 +494,12 @@ impl Coordinator {
                     let held = matches!(error, LockError::Held { .. });
                     if held {
                         self.queues.note_contended(keys);
+                        if turn.is_none() {
+                            match take_turn().await {
+                                Ok(taken) => turn = Some(taken),
+                                Err(()) => break Err(timed_out(Some(error))),
+                            }
+                        }
                     }
                     if held && fair && queued.is_none() {
                         let place = place.get_or_insert_with(|| Arc::new(self.queue_place(began)));
