@@ -584,6 +584,14 @@ async fn run_one(
     run
 }
 
+/// Prints a load task's first failed operation, so that an error count in the results
+/// comes with its cause (the later ones of the task are only counted).
+fn report_first_error(errors_so_far: u64, what: &str, error: &str) {
+    if errors_so_far == 0 {
+        eprintln!("   a task's first failed {what}: {error}");
+    }
+}
+
 /// quorumlock's acquisition rounds per successful acquisition between two snapshots.
 fn rounds_per_acquire(
     before: Vec<quorumlock::LockMetrics>,
@@ -635,7 +643,10 @@ async fn run_cycles(
                             stats::record(&mut hist, t0.elapsed());
                             ops += 1;
                         }
-                        Ok(Err(_)) => errors += 1,
+                        Ok(Err(error)) => {
+                            report_first_error(errors, "cycle", &error);
+                            errors += 1;
+                        }
                         Err(_) => {
                             outcome = Outcome::TimedOut(op_timeout);
                             break;
@@ -684,7 +695,8 @@ async fn run_contended(
                     let held =
                         match tokio::time::timeout(op_timeout, client.acquire(&lock_name)).await {
                             Ok(Ok(held)) => held,
-                            Ok(Err(_)) => {
+                            Ok(Err(error)) => {
+                                report_first_error(errors, "acquire", &error);
                                 errors += 1;
                                 continue;
                             }
@@ -704,7 +716,10 @@ async fn run_contended(
                     increments.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     match client.release(held).await {
                         Ok(()) => ops += 1,
-                        Err(_) => errors += 1,
+                        Err(error) => {
+                            report_first_error(errors, "release", &error);
+                            errors += 1;
+                        }
                     }
                 }
                 (hist, ops, errors, outcome, Instant::now())
