@@ -195,7 +195,7 @@ impl Drop for LockGuard {
         let lease = &self.lease;
         if !self.released && lease.coordinator.config().auto_release() {
             lease.end(LeaseEnd::Released);
-            Arc::clone(&lease.coordinator).release_in_background(Arc::clone(lease));
+            lease.coordinator.release_in_background(Arc::clone(lease));
         }
     }
 }

@@ -11,8 +11,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use tokio::time::Instant;
 
 use crate::config::LockConfig;
@@ -352,8 +350,8 @@ impl Coordinator {
             .map(|key| Arc::from(fencing::counter_key(key)))
             .collect();
         let reads = self
-            .counter_round(&counters, |node, counters| {
-                async move { node.read_counter(&counters).await }.boxed()
+            .counter_round(&counters, |node, counters| async move {
+                node.read_counter(&counters).await
             })
             .await;
         let highest = reads.map_err(|tally| self.counter_failure(resource, tally))?;
@@ -367,8 +365,8 @@ impl Coordinator {
         }
         // A node already above `next` holds a minority write of a failed mint; it still
         // stores at least `next`, which is all the argument needs.
-        self.counter_round(&counters, move |node, counters| {
-            async move { node.raise_counter(&counters, next).await }.boxed()
+        self.counter_round(&counters, move |node, counters| async move {
+            node.raise_counter(&counters, next).await
         })
         .await
         .map_err(|tally| self.counter_failure(resource, tally))?;
@@ -377,9 +375,10 @@ impl Coordinator {
 
     /// Sends a counter request to every node and waits for a quorum of answers; returns the
     /// highest value answered, or the tally when a quorum did not answer.
-    async fn counter_round<F>(&self, counters: &Keys, request: F) -> Result<u64, Tally>
+    async fn counter_round<F, R>(&self, counters: &Keys, request: F) -> Result<u64, Tally>
     where
-        F: Fn(Arc<dyn LockNode>, Keys) -> BoxFuture<'static, Result<u64, NodeError>>,
+        F: Fn(Arc<dyn LockNode>, Keys) -> R,
+        R: std::future::Future<Output = Result<u64, NodeError>> + Send + 'static,
     {
         let mut in_flight = self.fan_out(|node| request(node, Arc::clone(counters)));
         let mut tally = self.empty_tally();
@@ -577,12 +576,7 @@ impl Coordinator {
             }
         }
         if !in_flight.is_empty() {
-            let lease = Arc::clone(lease);
-            spawn_detached(async move {
-                while let Some((index, reply, _)) = in_flight.next().await {
-                    lease.unlocks.record(index, matches!(reply, Ok(true)));
-                }
-            });
+            spawn_detached(record_unlocks(in_flight, Arc::clone(lease)));
         }
         if tally.has_quorum() {
             Counters::bump(&self.counters.released);
@@ -667,18 +661,14 @@ impl Coordinator {
     /// Releases `lease` in the background, recording what each node answered: for guards
     /// dropped without a release. Never blocks; without a tokio runtime the keys simply
     /// expire after their TTL.
-    pub(crate) fn release_in_background(self: Arc<Self>, lease: Arc<Lease>) {
-        spawn_detached(async move {
-            let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
-            while let Some((index, reply, _)) = in_flight.next().await {
-                lease.unlocks.record(index, matches!(reply, Ok(true)));
-            }
-        });
+    pub(crate) fn release_in_background(&self, lease: Arc<Lease>) {
+        let in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
+        spawn_detached(record_unlocks(in_flight, lease));
     }
 
     /// In the background: unlocks `token`'s keys on every node (for acquisitions abandoned
-    /// mid-round), then takes `waiter` out of every node's queue (in that order, so that no request of an abandoned attempt can
-    /// queue the waiter again after it left).
+    /// mid-round), then takes `waiter` out of every node's queue (in that order, so that no
+    /// request of an abandoned attempt can queue the waiter again after it left).
     fn abandon_in_background(
         self: Arc<Self>,
         keys: Keys,
@@ -713,21 +703,19 @@ impl Coordinator {
     /// A guard that gives `place` back on every node unless the acquisition wins.
     fn leave_queue_on_drop(self: &Arc<Self>, keys: &Keys, place: &QueuePlace) -> LeaveQueueOnDrop {
         LeaveQueueOnDrop {
-            coordinator: Arc::clone(self),
-            keys: Arc::clone(keys),
-            waiter: place.waiter.clone(),
+            armed: Some((Arc::clone(self), Arc::clone(keys), place.waiter.clone())),
         }
     }
 
     /// Takes `waiter` out of the queue of `keys` on every node; a reservation it had goes
     /// to the next in line.
     async fn leave_queues(&self, keys: &Keys, waiter: &LockToken) {
-        let mut in_flight = self.fan_out(|node| {
+        let in_flight = self.fan_out(|node| {
             let keys = Arc::clone(keys);
             let waiter = waiter.clone();
             async move { node.leave_queue(&keys, &waiter).await }
         });
-        while in_flight.next().await.is_some() {}
+        in_flight.finish().await;
     }
 
     /// A new place in the queues, for one blocking acquisition that began at `began`.
@@ -988,34 +976,29 @@ impl Drop for UnlockOnDrop {
 /// acquisition that ends without the lock (an error, a timeout, its future dropped) gives
 /// its place back at once, instead of leaving it to lapse while the line waits for it.
 struct LeaveQueueOnDrop {
-    coordinator: Arc<Coordinator>,
-    keys: Keys,
-    waiter: LockToken,
+    armed: Option<(Arc<Coordinator>, Keys, LockToken)>,
 }
 
 impl LeaveQueueOnDrop {
     /// Called once the acquisition won: its winning attempt took care of the queues.
     fn disarm(&mut self) {
-        self.keys = Keys::from([]);
+        self.armed = None;
     }
 
     /// Leaves the queues now (in the background only if this future is dropped meanwhile).
     async fn leave_now(&mut self) {
-        self.coordinator
-            .leave_queues(&self.keys, &self.waiter)
-            .await;
+        if let Some((coordinator, keys, waiter)) = &self.armed {
+            coordinator.leave_queues(keys, waiter).await;
+        }
         self.disarm();
     }
 }
 
 impl Drop for LeaveQueueOnDrop {
     fn drop(&mut self) {
-        if self.keys.is_empty() {
-            return;
+        if let Some((coordinator, keys, waiter)) = self.armed.take() {
+            coordinator.abandon_in_background(keys, None, Some(waiter));
         }
-        let coordinator = Arc::clone(&self.coordinator);
-        let keys = std::mem::replace(&mut self.keys, Keys::from([]));
-        coordinator.abandon_in_background(keys, None, Some(self.waiter.clone()));
     }
 }
 
@@ -1028,6 +1011,14 @@ struct Stragglers {
     waiter: Option<LockToken>,
     /// The nodes that answered the round without granting the lock.
     refused_by: Vec<usize>,
+}
+
+/// Records in `lease` what each unlock of a release still in flight answers, for
+/// [`Coordinator::finish_stragglers`].
+async fn record_unlocks(mut in_flight: InFlight, lease: Arc<Lease>) {
+    while let Some((index, reply, _)) = in_flight.next().await {
+        lease.unlocks.record(index, matches!(reply, Ok(true)));
+    }
 }
 
 /// Lets the requests of a decided round still in flight reach their nodes: a request whose

@@ -20,8 +20,8 @@ pub(super) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
 /// The deadlines of the waiters in the queue of `key` are under this prefix and the key.
 pub(super) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
 
-/// Lua shared by the scripts that free a key: hands it to the first waiter in line.
-macro_rules! pass_on_lua {
+/// Lua shared by the queue scripts: the reservation prefix and the node's clock.
+macro_rules! queue_lua {
     () => {
         r#"
 local RESERVED = "quorumlock:reserved:"
@@ -30,7 +30,14 @@ local function now_ms()
     local time = redis.call("TIME")
     return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
+"#
+    };
+}
 
+/// Lua shared by the scripts that free a key: hands it to the first waiter in line.
+macro_rules! pass_on_lua {
+    () => {
+        r#"
 -- Reserves the freed `key` for the first waiter in `queue` whose place has not lapsed,
 -- until that place would lapse, and announces it: the waiter's id on its client's channel
 -- (the id is "<client>:<random>"), or, when nobody waits, "" on `channel .. key` (free for
@@ -92,7 +99,7 @@ return 1
 /// KEYS: the lock keys, then the first key's queue and deadlines. ARGV: token, TTL in ms,
 /// waiter id, ticket, place lifetime in ms.
 pub(super) const LOCK_QUEUED: &str = concat!(
-    pass_on_lua!(),
+    queue_lua!(),
     r#"
 local n = #KEYS - 2
 local queue, deadlines = KEYS[n + 1], KEYS[n + 2]
@@ -128,6 +135,7 @@ return 1
 /// KEYS: the lock keys, then the first key's queue and deadlines. ARGV: token, channel
 /// prefix.
 pub(super) const UNLOCK: &str = concat!(
+    queue_lua!(),
     pass_on_lua!(),
     r#"
 local n = #KEYS - 2
@@ -152,6 +160,7 @@ return all
 ///
 /// KEYS: the lock key, its queue, its deadlines. ARGV: waiter id, channel prefix.
 pub(super) const LEAVE_QUEUE: &str = concat!(
+    queue_lua!(),
     pass_on_lua!(),
     r#"
 redis.call("ZREM", KEYS[2], ARGV[1])
@@ -187,7 +196,8 @@ mod tests {
 
     #[test]
     fn the_scripts_use_the_channels_the_listener_subscribes_to() {
-        for script in [LOCK_QUEUED, UNLOCK, LEAVE_QUEUE] {
+        // The scripts that free a key announce it; queueing never does.
+        for script in [UNLOCK, LEAVE_QUEUE] {
             assert!(script.contains(&format!("\"{WAITER_CHANNEL_PREFIX}\" .. client")));
         }
     }
