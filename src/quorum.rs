@@ -47,10 +47,24 @@ pub(crate) struct Coordinator {
 #[derive(Debug, Clone)]
 enum Command {
     Lock(Duration),
+    /// With the waiter's interest in announcements.
+    LockWatching(Duration, Duration),
     LockQueued(Duration, Arc<QueuePlace>),
     Unlock,
     Extend(Duration),
     Holds,
+}
+
+/// How an attempt asks the nodes for the lock.
+#[derive(Debug, Clone, Copy)]
+enum Asking<'a> {
+    /// Plainly: `try_acquire`, and a blocking acquisition's first attempt.
+    Plain,
+    /// As a waiter that races for the lock and watches its releases: a refusal also asks
+    /// the node to announce the next release, for this long.
+    Watching(Duration),
+    /// As a queued waiter, in its place.
+    Queued(&'a Arc<QueuePlace>),
 }
 
 /// How long a round waits for replies.
@@ -154,20 +168,23 @@ impl Coordinator {
         resources: &[&str],
     ) -> Result<LockGuard, LockError> {
         let resources = Resources::new(&self.config, resources)?;
-        self.attempt(&resources, None).await
+        self.attempt(&resources, Asking::Plain).await
     }
 
     /// One round over already validated resources; see [`try_acquire`](Self::try_acquire).
-    /// With a `place`, the attempt is a queued waiter's (see [`QueuePlace`]).
+    /// A waiter's attempt says how it waits (see [`Asking`]).
     async fn attempt(
         self: &Arc<Self>,
         resources: &Resources,
-        place: Option<&Arc<QueuePlace>>,
+        asking: Asking<'_>,
     ) -> Result<LockGuard, LockError> {
         let resource = resources.name.as_str();
         let keys = Arc::clone(&resources.keys);
         let token = LockToken::generate();
-        let waiter = place.map(|place| place.waiter.clone());
+        let waiter = match asking {
+            Asking::Queued(place) => Some(place.waiter.clone()),
+            Asking::Plain | Asking::Watching(_) => None,
+        };
         // If this future is dropped mid-round, the nodes that said yes are unlocked in the
         // background instead of holding the key for a whole TTL (and the waiter leaves the
         // queues after that, so no request of this round can queue it again).
@@ -181,9 +198,10 @@ impl Coordinator {
         Counters::bump(&self.counters.attempts);
         let started = Instant::now();
         let ttl = self.config.ttl();
-        let command = match place {
-            Some(place) => Command::LockQueued(ttl, Arc::clone(place)),
-            None => Command::Lock(ttl),
+        let command = match asking {
+            Asking::Plain => Command::Lock(ttl),
+            Asking::Watching(interest) => Command::LockWatching(ttl, interest),
+            Asking::Queued(place) => Command::LockQueued(ttl, Arc::clone(place)),
         };
         let mut in_flight = self.send(command, &keys, &token);
         let mut tally = self.empty_tally();
@@ -472,10 +490,15 @@ impl Coordinator {
             // The first attempt is a plain one, the same as an uncontended lock takes; every
             // later one queues (or refreshes the place) when refused.
             let queued_place = queued.as_ref().and(place.clone());
+            let asking = match (&queued_place, &releases) {
+                (Some(place), _) => Asking::Queued(place),
+                (None, Some(_)) => Asking::Watching(self.waiter_interest()),
+                (None, None) => Asking::Plain,
+            };
             let attempt = match deadline {
-                None => self.attempt(&validated, queued_place.as_ref()).await,
+                None => self.attempt(&validated, asking).await,
                 Some(deadline) => {
-                    let attempt = self.attempt(&validated, queued_place.as_ref());
+                    let attempt = self.attempt(&validated, asking);
                     tokio::time::timeout_at(deadline, attempt)
                         .await
                         .unwrap_or_else(|_| Err(timed_out(last_error.take())))
@@ -718,20 +741,25 @@ impl Coordinator {
         in_flight.finish().await;
     }
 
-    /// A new place in the queues, for one blocking acquisition that began at `began`.
-    ///
-    /// The place lapses when not refreshed for longer than a waiter ever goes between two
-    /// attempts (two of the longest retry waits and four node timeouts, plus a margin for
-    /// scheduling), so a live waiter keeps it and a dead one holds the line up no longer.
-    fn queue_place(&self, began: std::time::SystemTime) -> QueuePlace {
+    /// How long what a waiter leaves on a node with one attempt must last: longer than a
+    /// waiter ever goes between two attempts (two of the longest retry waits and four node
+    /// timeouts, plus a margin for scheduling), so that a live waiter keeps it and a dead
+    /// one leaves it behind no longer. Its queue place, or its interest in announcements.
+    fn waiter_interest(&self) -> Duration {
         let longest_wait = self
             .config
             .retry_delay()
             .saturating_add(self.config.retry_jitter());
-        let lifetime = longest_wait
+        longest_wait
             .saturating_mul(2)
             .saturating_add(self.config.node_timeout().saturating_mul(4))
-            .saturating_add(QUEUE_PLACE_MARGIN);
+            .saturating_add(WAITER_MARGIN)
+    }
+
+    /// A new place in the queues, for one blocking acquisition that began at `began`; it
+    /// lapses after [`waiter_interest`](Self::waiter_interest) unless refreshed.
+    fn queue_place(&self, began: std::time::SystemTime) -> QueuePlace {
+        let lifetime = self.waiter_interest();
         let ticket = began
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| {
@@ -826,6 +854,9 @@ impl Coordinator {
             async move {
                 match command {
                     Command::Lock(ttl) => node.try_lock(&keys, &token, ttl).await,
+                    Command::LockWatching(ttl, interest) => {
+                        node.try_lock_watching(&keys, &token, ttl, interest).await
+                    }
                     Command::LockQueued(ttl, place) => {
                         node.try_lock_queued(&keys, &token, ttl, &place).await
                     }
@@ -927,8 +958,8 @@ impl Coordinator {
 /// reservations before it claims them; see [`ReleaseWatches::wait_for_turn`].
 const MIN_RESERVATION_GRACE: Duration = Duration::from_millis(1);
 
-/// Slack added to a queue place's lifetime for a waiter's scheduling delays.
-const QUEUE_PLACE_MARGIN: Duration = Duration::from_millis(100);
+/// Slack added to a waiter's queue place or interest for its scheduling delays.
+const WAITER_MARGIN: Duration = Duration::from_millis(100);
 
 /// Whole milliseconds, for trace fields.
 fn millis(duration: Duration) -> u64 {

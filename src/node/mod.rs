@@ -99,6 +99,25 @@ pub trait LockNode: Send + Sync + fmt::Debug {
         async { None }.boxed()
     }
 
+    /// Like [`try_lock`](Self::try_lock), for a waiter that races for `keys` and watches
+    /// releases of `keys[0]` (see [`watch_releases`](Self::watch_releases)): when the node
+    /// refuses, it is asked to announce the key's releases for the next `interest`.
+    ///
+    /// A node that announces releases may skip the announcement when nobody asked for it
+    /// lately, so that an uncontended release costs no `PUBLISH`; a waiter renews its
+    /// interest with each attempt. The default is `try_lock`: a node whose announcements
+    /// cost nothing need not be asked.
+    fn try_lock_watching<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        interest: Duration,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        let _ = interest;
+        self.try_lock(keys, token, ttl)
+    }
+
     /// Like [`try_lock`](Self::try_lock), for a waiter that keeps a `place` in the node's
     /// queue of `keys[0]`: the keys may also be taken when the node reserved them for this
     /// waiter, and when the node refuses, the waiter is queued (or its place refreshed).

@@ -10,7 +10,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, RedisError, RedisWrite, Script, ServerErrorKind, Value};
 
 use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
-use super::scripts::{self, DEADLINES_PREFIX, QUEUE_PREFIX};
+use super::scripts::{self, DEADLINES_PREFIX, QUEUE_PREFIX, WATCHED_PREFIX};
 use super::{redact_url, LockNode, QueuePlace, ReleaseWatch};
 use crate::error::{LockError, NodeError};
 use crate::fencing::RAISE_COUNTER_SCRIPT;
@@ -27,9 +27,10 @@ use crate::token::LockToken;
 /// Scripts run by `EVALSHA`, falling back to loading the script when the server answers
 /// `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
 ///
-/// Releases are announced by `PUBLISH`: on `quorumlock:waiter:<client>` when the key was
-/// handed to a queued waiter of that client, else on `quorumlock:released:<key>`. Waiters
-/// subscribe over a second, pub/sub connection opened on the first wait; see
+/// Releases are announced by `PUBLISH`, only when somebody waits: on
+/// `quorumlock:waiter:<client>` when the key was handed to a queued waiter of that client,
+/// else on `quorumlock:released:<key>` while a racing waiter marked the key as watched.
+/// Waiters subscribe over a second, pub/sub connection opened on the first wait; see
 /// [`announce_releases`](Self::announce_releases).
 ///
 /// URLs follow the redis crate: `redis://[[user]:password@]host[:port][/db]`, `rediss://`
@@ -39,6 +40,7 @@ pub struct RedisNode {
     name: String,
     connection: ConnectionManager,
     lock: Script,
+    lock_watching: Script,
     lock_queued: Script,
     unlock: Script,
     leave_queue: Script,
@@ -82,6 +84,7 @@ impl RedisNode {
             name,
             connection,
             lock: Script::new(scripts::LOCK),
+            lock_watching: Script::new(scripts::LOCK_WATCHING),
             lock_queued: Script::new(scripts::LOCK_QUEUED),
             unlock: Script::new(scripts::UNLOCK),
             leave_queue: Script::new(scripts::LEAVE_QUEUE),
@@ -180,7 +183,8 @@ impl LockNode for RedisNode {
         async move {
             let ttl = millis(ttl);
             let [key] = keys else {
-                let call = script_call(&self.lock, keys, None, &[token.as_str(), &ttl.to_string()]);
+                let args = [token.as_str(), &ttl.to_string()];
+                let call = script_call(&self.lock, keys, None, &[], &args);
                 let taken = self.run_script(&self.lock, &call).await?;
                 return Ok(taken == 1);
             };
@@ -215,7 +219,7 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let args = [token.as_str(), self.channel_prefix()];
-            let call = script_call(&self.unlock, keys, Some(first_key(keys)?), &args);
+            let call = script_call(&self.unlock, keys, Some(first_key(keys)?), keys, &args);
             let all = self.run_repeatable_script(&self.unlock, &call).await?;
             Ok(all == 1)
         }
@@ -230,7 +234,7 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let ttl = millis(ttl).to_string();
-            let call = script_call(&self.extend, keys, None, &[token.as_str(), &ttl]);
+            let call = script_call(&self.extend, keys, None, &[], &[token.as_str(), &ttl]);
             let extended = self.run_repeatable_script(&self.extend, &call).await?;
             Ok(extended == 1)
         }
@@ -271,7 +275,8 @@ impl LockNode for RedisNode {
         value: u64,
     ) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
-            let call = script_call(&self.raise_counter, keys, None, &[&value.to_string()]);
+            let value = value.to_string();
+            let call = script_call(&self.raise_counter, keys, None, &[], &[&value]);
             self.run_repeatable_script(&self.raise_counter, &call).await
         }
         .boxed()
@@ -292,8 +297,32 @@ impl LockNode for RedisNode {
                 &place.ticket.to_string(),
                 &millis(place.lifetime).max(1).to_string(),
             ];
-            let call = script_call(&self.lock_queued, keys, Some(first_key(keys)?), &args);
+            let call = script_call(&self.lock_queued, keys, Some(first_key(keys)?), &[], &args);
             let taken = self.run_script(&self.lock_queued, &call).await?;
+            Ok(taken == 1)
+        }
+        .boxed()
+    }
+
+    fn try_lock_watching<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        interest: Duration,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        if !self.announce_releases {
+            return self.try_lock(keys, token, ttl);
+        }
+        async move {
+            let first = &keys[..1.min(keys.len())];
+            let args = [
+                token.as_str(),
+                &millis(ttl).to_string(),
+                &millis(interest).max(1).to_string(),
+            ];
+            let call = script_call(&self.lock_watching, keys, None, first, &args);
+            let taken = self.run_script(&self.lock_watching, &call).await?;
             Ok(taken == 1)
         }
         .boxed()
@@ -305,10 +334,16 @@ impl LockNode for RedisNode {
         waiter: &'a LockToken,
     ) -> BoxFuture<'a, Result<(), NodeError>> {
         async move {
-            // The script takes the first lock key and its queue keys only.
+            // The script takes the first lock key, its queue keys and its marker only.
             let first = &keys[..1.min(keys.len())];
             let args = [waiter.as_str(), self.channel_prefix()];
-            let call = script_call(&self.leave_queue, first, Some(first_key(keys)?), &args);
+            let call = script_call(
+                &self.leave_queue,
+                first,
+                Some(first_key(keys)?),
+                first,
+                &args,
+            );
             self.run_repeatable_script(&self.leave_queue, &call)
                 .await
                 .map(drop)
@@ -346,25 +381,37 @@ fn first_key(keys: &[Arc<str>]) -> Result<&str, NodeError> {
         .ok_or_else(|| NodeError::Redis("a lock needs at least one key".to_owned()))
 }
 
-/// An `EVALSHA` of `script` built in one pre-sized command: the hash, the key count,
-/// then `keys` (and, with `queue_of`, the queue keys of that lock key), then `args`. It
-/// saves the script invocation's intermediate vectors and strings on every call.
-fn script_call(script: &Script, keys: &[Arc<str>], queue_of: Option<&str>, args: &[&str]) -> Cmd {
+/// An `EVALSHA` of `script` built in one pre-sized command: the hash, the key count, then
+/// `keys`, with `queue_of` the queue keys of that lock key, the watch markers of `watched`,
+/// and then `args`. It saves the script invocation's intermediate vectors and strings on
+/// every call.
+fn script_call(
+    script: &Script,
+    keys: &[Arc<str>],
+    queue_of: Option<&str>,
+    watched: &[Arc<str>],
+    args: &[&str],
+) -> Cmd {
     let queue_keys = if queue_of.is_some() { 2 } else { 0 };
+    let key_count = keys.len() + queue_keys + watched.len();
+    let key_bytes = |keys: &[Arc<str>]| keys.iter().map(|key| key.len()).sum::<usize>();
     let bytes = 64
-        + keys.iter().map(|key| key.len()).sum::<usize>()
+        + key_bytes(keys)
         + queue_of.map_or(0, |key| 2 * key.len() + 48)
+        + key_bytes(watched)
+        + watched.len() * WATCHED_PREFIX.len()
         + args.iter().map(|arg| arg.len()).sum::<usize>();
-    let mut call = Cmd::with_capacity(3 + keys.len() + queue_keys + args.len(), bytes);
-    call.arg("EVALSHA")
-        .arg(script.get_hash())
-        .arg(keys.len() + queue_keys);
+    let mut call = Cmd::with_capacity(3 + key_count + args.len(), bytes);
+    call.arg("EVALSHA").arg(script.get_hash()).arg(key_count);
     for key in keys {
         call.arg(&**key);
     }
     if let Some(key) = queue_of {
         call.write_arg_fmt(format_args!("{QUEUE_PREFIX}{key}"));
         call.write_arg_fmt(format_args!("{DEADLINES_PREFIX}{key}"));
+    }
+    for key in watched {
+        call.write_arg_fmt(format_args!("{WATCHED_PREFIX}{key}"));
     }
     for arg in args {
         call.arg(*arg);
