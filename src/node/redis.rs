@@ -72,12 +72,12 @@ impl RedisNode {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100))
-            // Requests to a node that stopped answering would otherwise stay queued forever.
-            .set_response_timeout(Some(
-                connect_timeout
-                    .saturating_mul(20)
-                    .max(Duration::from_secs(1)),
-            ));
+            // No timer per request: the coordinator bounds every call to a node by the
+            // per-node timeout (one deadline per round), and abandons it then. A timed-out
+            // response would not make the connection reconnect anyway (redis-rs reconnects
+            // on I/O errors that drop the connection, not on timeouts), so this timer cost
+            // a registration in tokio's timer wheel per request for nothing.
+            .set_response_timeout(None);
         let connection =
             ConnectionManager::new_lazy_with_config(client, config).map_err(invalid)?;
         Ok(RedisNode {
@@ -407,16 +407,26 @@ fn script_call(
         call.arg(&**key);
     }
     if let Some(key) = queue_of {
-        call.write_arg_fmt(format_args!("{QUEUE_PREFIX}{key}"));
-        call.write_arg_fmt(format_args!("{DEADLINES_PREFIX}{key}"));
+        write_prefixed_arg(&mut call, QUEUE_PREFIX, key);
+        write_prefixed_arg(&mut call, DEADLINES_PREFIX, key);
     }
     for key in watched {
-        call.write_arg_fmt(format_args!("{WATCHED_PREFIX}{key}"));
+        write_prefixed_arg(&mut call, WATCHED_PREFIX, key);
     }
     for arg in args {
         call.arg(*arg);
     }
     call
+}
+
+/// Appends the argument `prefix` + `key` to `call`, byte by byte: the formatting machinery
+/// of `write_arg_fmt` cost about as much as the rest of the command.
+fn write_prefixed_arg(call: &mut Cmd, prefix: &str, key: &str) {
+    use std::io::Write;
+    let mut arg = call.writer_for_next_arg();
+    // Writing to the command's own buffer cannot fail.
+    let _ = arg.write_all(prefix.as_bytes());
+    let _ = arg.write_all(key.as_bytes());
 }
 
 /// The TTL in whole milliseconds, as Redis `PX` takes it. Configuration validation keeps
@@ -435,5 +445,49 @@ fn node_error(err: RedisError) -> NodeError {
         NodeError::Connection(err.to_string())
     } else {
         NodeError::Redis(err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(call: &Cmd) -> Vec<String> {
+        call.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not a plain argument>".to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_script_call_lists_the_keys_then_the_queue_and_markers_then_the_args() {
+        let script = Script::new(scripts::UNLOCK);
+        let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+        let call = script_call(&script, &keys, Some("a"), &keys, &["token", "channel:"]);
+        let expected = [
+            "EVALSHA",
+            script.get_hash(),
+            "6",
+            "a",
+            "b",
+            "quorumlock:waiters:a",
+            "quorumlock:waiter-deadlines:a",
+            "quorumlock:watched:a",
+            "quorumlock:watched:b",
+            "token",
+            "channel:",
+        ];
+        assert_eq!(args(&call), expected);
+    }
+
+    #[test]
+    fn a_plain_script_call_has_only_the_lock_keys() {
+        let script = Script::new(scripts::EXTEND);
+        let keys: Vec<Arc<str>> = vec!["only".into()];
+        let call = script_call(&script, &keys, None, &[], &["token", "30000"]);
+        let expected = ["EVALSHA", script.get_hash(), "1", "only", "token", "30000"];
+        assert_eq!(args(&call), expected);
     }
 }
