@@ -194,3 +194,50 @@ async fn fencing_tokens_cover_every_resource_of_a_set() {
     assert!(again.fencing_token().unwrap() > second);
     again.release().await.unwrap();
 }
+
+/// The calls of each script command on `node`, from `INFO commandstats`.
+async fn script_commands(node: &quorumlock::testkit::RedisProcess) -> Vec<(String, u64)> {
+    let mut connection = raw_connection(node).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            matches!(name, "eval" | "evalsha" | "script|load" | "script")
+                .then(|| (name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// A node that has not run a script yet gets it whole (`EVAL`) in one command, not an
+/// `EVALSHA` that fails with `NOSCRIPT` and needs a `SCRIPT LOAD` and a second try: a
+/// request still in flight when its round was decided (nobody awaits its answer) then
+/// still takes effect once sent. Once the node ran it, the script goes by hash.
+#[tokio::test]
+async fn a_fresh_node_runs_each_script_in_one_command() {
+    let cluster = cluster(1).await;
+    let lock = quorumlock::Redlock::connect(cluster.urls(), config(TTL))
+        .await
+        .unwrap();
+    let guard = lock.try_acquire_many(&["p", "q"]).await.unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(
+        script_commands(cluster.node(0)).await,
+        [("eval".to_owned(), 2)],
+        "lock and unlock sent whole, nothing loaded"
+    );
+    let guard = lock.try_acquire_many(&["p", "q"]).await.unwrap();
+    guard.release().await.unwrap();
+    let mut seen = script_commands(cluster.node(0)).await;
+    seen.sort();
+    assert_eq!(seen, [("eval".to_owned(), 2), ("evalsha".to_owned(), 2)]);
+}

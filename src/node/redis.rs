@@ -1,6 +1,7 @@
 //! [`RedisNode`]: a [`LockNode`] on a real Redis server, over one multiplexed connection.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,13 +40,7 @@ use crate::token::LockToken;
 pub struct RedisNode {
     name: String,
     connection: ConnectionManager,
-    lock: Script,
-    lock_watching: Script,
-    lock_queued: Script,
-    unlock: Script,
-    leave_queue: Script,
-    extend: Script,
-    raise_counter: Script,
+    scripts: Arc<NodeScripts>,
     releases: Arc<ReleaseListener>,
     announce_releases: bool,
 }
@@ -83,13 +78,7 @@ impl RedisNode {
         Ok(RedisNode {
             name,
             connection,
-            lock: Script::new(scripts::LOCK),
-            lock_watching: Script::new(scripts::LOCK_WATCHING),
-            lock_queued: Script::new(scripts::LOCK_QUEUED),
-            unlock: Script::new(scripts::UNLOCK),
-            leave_queue: Script::new(scripts::LEAVE_QUEUE),
-            extend: Script::new(scripts::EXTEND),
-            raise_counter: Script::new(RAISE_COUNTER_SCRIPT),
+            scripts: Arc::new(NodeScripts::new()),
             releases,
             announce_releases: true,
         })
@@ -102,20 +91,28 @@ impl RedisNode {
         self
     }
 
-    /// Runs the `EVALSHA` of `script` that `call` built and returns its integer reply,
-    /// loading the script first when the node answers `NOSCRIPT` (after a restart or a
-    /// `SCRIPT FLUSH`).
-    async fn run_script(&self, script: &Script, call: &Cmd) -> Result<u64, NodeError> {
+    /// Runs the script call `call` built (see [`script_call`]) and returns its integer
+    /// reply, loading the script first when the node answers `NOSCRIPT` (after a restart
+    /// or a `SCRIPT FLUSH`).
+    async fn run_script(&self, script: &NodeScript, call: &Cmd) -> Result<u64, NodeError> {
         let mut connection = self.connection.clone();
         match call.query_async::<u64>(&mut connection).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.cached.store(false, Ordering::Relaxed);
                 script
+                    .script
                     .load_async(&mut connection)
                     .await
                     .map_err(node_error)?;
-                call.query_async(&mut connection).await.map_err(node_error)
+                let reply = call.query_async(&mut connection).await.map_err(node_error);
+                script.cached.store(reply.is_ok(), Ordering::Relaxed);
+                reply
             }
-            result => result.map_err(node_error),
+            Err(err) => Err(node_error(err)),
+            Ok(reply) => {
+                script.cached.store(true, Ordering::Relaxed);
+                Ok(reply)
+            }
         }
     }
 
@@ -123,7 +120,11 @@ impl RedisNode {
     /// a counter), once more if the first try found the connection broken. The first command
     /// after a reset fails without reaching the node while the connection is re-made, and
     /// an unlock that never arrives would leave our key on that node for a whole TTL.
-    async fn run_repeatable_script(&self, script: &Script, call: &Cmd) -> Result<u64, NodeError> {
+    async fn run_repeatable_script(
+        &self,
+        script: &NodeScript,
+        call: &Cmd,
+    ) -> Result<u64, NodeError> {
         match self.run_script(script, call).await {
             Err(NodeError::Connection(_)) => self.run_script(script, call).await,
             result => result,
@@ -184,8 +185,8 @@ impl LockNode for RedisNode {
             let ttl = millis(ttl);
             let [key] = keys else {
                 let args = [token.as_str(), &ttl.to_string()];
-                let call = script_call(&self.lock, keys, None, &[], &args);
-                let taken = self.run_script(&self.lock, &call).await?;
+                let call = script_call(&self.scripts.lock, keys, None, &[], &args);
+                let taken = self.run_script(&self.scripts.lock, &call).await?;
                 return Ok(taken == 1);
             };
             // The common case: one plain command, no script.
@@ -219,8 +220,16 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let args = [token.as_str(), self.channel_prefix()];
-            let call = script_call(&self.unlock, keys, Some(first_key(keys)?), keys, &args);
-            let all = self.run_repeatable_script(&self.unlock, &call).await?;
+            let call = script_call(
+                &self.scripts.unlock,
+                keys,
+                Some(first_key(keys)?),
+                keys,
+                &args,
+            );
+            let all = self
+                .run_repeatable_script(&self.scripts.unlock, &call)
+                .await?;
             Ok(all == 1)
         }
         .boxed()
@@ -234,8 +243,16 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let ttl = millis(ttl).to_string();
-            let call = script_call(&self.extend, keys, None, &[], &[token.as_str(), &ttl]);
-            let extended = self.run_repeatable_script(&self.extend, &call).await?;
+            let call = script_call(
+                &self.scripts.extend,
+                keys,
+                None,
+                &[],
+                &[token.as_str(), &ttl],
+            );
+            let extended = self
+                .run_repeatable_script(&self.scripts.extend, &call)
+                .await?;
             Ok(extended == 1)
         }
         .boxed()
@@ -276,8 +293,9 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
             let value = value.to_string();
-            let call = script_call(&self.raise_counter, keys, None, &[], &[&value]);
-            self.run_repeatable_script(&self.raise_counter, &call).await
+            let call = script_call(&self.scripts.raise_counter, keys, None, &[], &[&value]);
+            self.run_repeatable_script(&self.scripts.raise_counter, &call)
+                .await
         }
         .boxed()
     }
@@ -297,8 +315,14 @@ impl LockNode for RedisNode {
                 &place.ticket.to_string(),
                 &millis(place.lifetime).max(1).to_string(),
             ];
-            let call = script_call(&self.lock_queued, keys, Some(first_key(keys)?), &[], &args);
-            let taken = self.run_script(&self.lock_queued, &call).await?;
+            let call = script_call(
+                &self.scripts.lock_queued,
+                keys,
+                Some(first_key(keys)?),
+                &[],
+                &args,
+            );
+            let taken = self.run_script(&self.scripts.lock_queued, &call).await?;
             Ok(taken == 1)
         }
         .boxed()
@@ -321,8 +345,8 @@ impl LockNode for RedisNode {
                 &millis(ttl).to_string(),
                 &millis(interest).max(1).to_string(),
             ];
-            let call = script_call(&self.lock_watching, keys, None, first, &args);
-            let taken = self.run_script(&self.lock_watching, &call).await?;
+            let call = script_call(&self.scripts.lock_watching, keys, None, first, &args);
+            let taken = self.run_script(&self.scripts.lock_watching, &call).await?;
             Ok(taken == 1)
         }
         .boxed()
@@ -338,13 +362,13 @@ impl LockNode for RedisNode {
             let first = &keys[..1.min(keys.len())];
             let args = [waiter.as_str(), self.channel_prefix()];
             let call = script_call(
-                &self.leave_queue,
+                &self.scripts.leave_queue,
                 first,
                 Some(first_key(keys)?),
                 first,
                 &args,
             );
-            self.run_repeatable_script(&self.leave_queue, &call)
+            self.run_repeatable_script(&self.scripts.leave_queue, &call)
                 .await
                 .map(drop)
         }
@@ -381,12 +405,61 @@ fn first_key(keys: &[Arc<str>]) -> Result<&str, NodeError> {
         .ok_or_else(|| NodeError::Redis("a lock needs at least one key".to_owned()))
 }
 
-/// An `EVALSHA` of `script` built in one pre-sized command: the hash, the key count, then
-/// `keys`, with `queue_of` the queue keys of that lock key, the watch markers of `watched`,
-/// and then `args`. It saves the script invocation's intermediate vectors and strings on
-/// every call.
+/// The node's scripts, each with whether the node is known to have it cached.
+struct NodeScripts {
+    lock: NodeScript,
+    lock_watching: NodeScript,
+    lock_queued: NodeScript,
+    unlock: NodeScript,
+    leave_queue: NodeScript,
+    extend: NodeScript,
+    raise_counter: NodeScript,
+}
+
+impl NodeScripts {
+    fn new() -> Self {
+        NodeScripts {
+            lock: NodeScript::new(scripts::LOCK),
+            lock_watching: NodeScript::new(scripts::LOCK_WATCHING),
+            lock_queued: NodeScript::new(scripts::LOCK_QUEUED),
+            unlock: NodeScript::new(scripts::UNLOCK),
+            leave_queue: NodeScript::new(scripts::LEAVE_QUEUE),
+            extend: NodeScript::new(scripts::EXTEND),
+            raise_counter: NodeScript::new(RAISE_COUNTER_SCRIPT),
+        }
+    }
+}
+
+/// A script, sent by its hash (`EVALSHA`) once the node ran it, and whole (`EVAL`, which
+/// caches it on the node) until then.
+///
+/// Either way a call is one command: a request that nobody awaits any more (a lock request
+/// still in flight when a quorum already granted the lock) runs to its end once sent,
+/// instead of stopping at a `NOSCRIPT` answer that nobody is there to act on.
+struct NodeScript {
+    script: Script,
+    code: &'static str,
+    /// Whether the node answered a call of this script (and so has it cached).
+    cached: AtomicBool,
+}
+
+impl NodeScript {
+    fn new(code: &'static str) -> Self {
+        NodeScript {
+            script: Script::new(code),
+            code,
+            cached: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A call of `script` built in one pre-sized command: `EVALSHA` and the hash (or, until
+/// the node is known to have the script, `EVAL` and its code), the key count, then `keys`,
+/// with `queue_of` the queue keys of that lock key, the watch markers of `watched`, and
+/// then `args`. It saves the script invocation's intermediate vectors and strings on every
+/// call.
 fn script_call(
-    script: &Script,
+    script: &NodeScript,
     keys: &[Arc<str>],
     queue_of: Option<&str>,
     watched: &[Arc<str>],
@@ -395,14 +468,21 @@ fn script_call(
     let queue_keys = if queue_of.is_some() { 2 } else { 0 };
     let key_count = keys.len() + queue_keys + watched.len();
     let key_bytes = |keys: &[Arc<str>]| keys.iter().map(|key| key.len()).sum::<usize>();
+    let cached = script.cached.load(Ordering::Relaxed);
     let bytes = 64
+        + if cached { 0 } else { script.code.len() }
         + key_bytes(keys)
         + queue_of.map_or(0, |key| 2 * key.len() + 48)
         + key_bytes(watched)
         + watched.len() * WATCHED_PREFIX.len()
         + args.iter().map(|arg| arg.len()).sum::<usize>();
     let mut call = Cmd::with_capacity(3 + key_count + args.len(), bytes);
-    call.arg("EVALSHA").arg(script.get_hash()).arg(key_count);
+    if cached {
+        call.arg("EVALSHA").arg(script.script.get_hash());
+    } else {
+        call.arg("EVAL").arg(script.code);
+    }
+    call.arg(key_count);
     for key in keys {
         call.arg(&**key);
     }
@@ -463,12 +543,13 @@ mod tests {
 
     #[test]
     fn a_script_call_lists_the_keys_then_the_queue_and_markers_then_the_args() {
-        let script = Script::new(scripts::UNLOCK);
+        let script = NodeScript::new(scripts::UNLOCK);
+        script.cached.store(true, Ordering::Relaxed);
         let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
         let call = script_call(&script, &keys, Some("a"), &keys, &["token", "channel:"]);
         let expected = [
             "EVALSHA",
-            script.get_hash(),
+            script.script.get_hash(),
             "6",
             "a",
             "b",
@@ -484,10 +565,27 @@ mod tests {
 
     #[test]
     fn a_plain_script_call_has_only_the_lock_keys() {
-        let script = Script::new(scripts::EXTEND);
+        let script = NodeScript::new(scripts::EXTEND);
+        script.cached.store(true, Ordering::Relaxed);
         let keys: Vec<Arc<str>> = vec!["only".into()];
         let call = script_call(&script, &keys, None, &[], &["token", "30000"]);
-        let expected = ["EVALSHA", script.get_hash(), "1", "only", "token", "30000"];
+        let expected = [
+            "EVALSHA",
+            script.script.get_hash(),
+            "1",
+            "only",
+            "token",
+            "30000",
+        ];
+        assert_eq!(args(&call), expected);
+    }
+
+    #[test]
+    fn a_script_the_node_may_not_have_is_sent_whole() {
+        let script = NodeScript::new(scripts::EXTEND);
+        let keys: Vec<Arc<str>> = vec!["only".into()];
+        let call = script_call(&script, &keys, None, &[], &["token", "30000"]);
+        let expected = ["EVAL", scripts::EXTEND, "1", "only", "token", "30000"];
         assert_eq!(args(&call), expected);
     }
 }
