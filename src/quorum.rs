@@ -886,7 +886,7 @@ impl Coordinator {
         F: Fn(Arc<dyn LockNode>) -> R,
         R: std::future::Future<Output = Result<T, NodeError>> + Send + 'static,
     {
-        let mut round = Round::new(self.config.node_timeout());
+        let mut round = Round::with_capacity(self.config.node_timeout(), self.nodes.len());
         for index in indices {
             round.push(index, request(Arc::clone(&self.nodes[index])));
         }

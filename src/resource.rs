@@ -35,6 +35,18 @@ impl Resources {
         if resources.len() > MAX_RESOURCES {
             return Err(invalid(resources[0], "more than 64 resources in one lock"));
         }
+        if let [name] = resources {
+            // The usual lock, on one resource: no sorting, no joined name.
+            validate(name)?;
+            let key: Arc<str> = match config.key_prefix() {
+                Some(prefix) => format!("{prefix}{name}").into(),
+                None => Arc::from(*name),
+            };
+            return Ok(Resources {
+                name: (*name).to_owned(),
+                keys: Arc::new([key]),
+            });
+        }
         let mut names: Vec<&str> = resources.to_vec();
         names.sort_unstable();
         for (i, name) in names.iter().enumerate() {

@@ -31,11 +31,12 @@ pub(crate) struct Round<T> {
 }
 
 impl<T: Send + 'static> Round<T> {
-    /// Sends nothing yet: each request goes out when the round is first polled.
-    pub(crate) fn new(timeout: Duration) -> Self {
+    /// Sends nothing yet: each request goes out when the round is first polled. Has room
+    /// for requests to `nodes` nodes.
+    pub(crate) fn with_capacity(timeout: Duration, nodes: usize) -> Self {
         Round {
             requests: FuturesUnordered::new(),
-            waiting_on: Vec::new(),
+            waiting_on: Vec::with_capacity(nodes),
             started: Instant::now(),
             timeout,
             deadline: None,
