@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::time::Instant;
 
 use crate::config::LockConfig;
@@ -226,9 +227,27 @@ impl Coordinator {
                     fencing_token,
                     "lock acquired"
                 );
+                // The lock requests still in flight go out when polled: on nodes that
+                // answer, each is then queued on its open connection, and lands before the
+                // release's unlock on the same connection. They wait in the lease, unpolled
+                // (redis-rs skips a queued request whose answer nobody awaits any more, so
+                // they are kept, not dropped), until the release has queued its unlocks.
+                // Only when some node may not have sent its request yet (still connecting)
+                // do they need a task of their own, and the release must tell that task
+                // what its unlocks found. A queued winner always keeps one (see below).
+                if waiter.is_none() {
+                    drain_ready(&mut in_flight);
+                }
+                let settle_late_sets = !in_flight.is_empty()
+                    && (waiter.is_some() || !self.all_send_when_polled(&in_flight));
                 let lease = Lease::new(Arc::clone(self), resource, keys, token, started, deadline)
-                    .with_fencing_token(fencing_token);
+                    .with_fencing_token(fencing_token)
+                    .tracking_unlocks(settle_late_sets);
                 let guard = LockGuard::new(lease);
+                if waiter.is_none() && !settle_late_sets && !in_flight.is_empty() {
+                    guard.lease().park_late_sets(in_flight);
+                    return Ok(guard);
+                }
                 // A queued waiter that won leaves the queues of the nodes that did not grant
                 // it the lock; it could otherwise be picked there for a reservation later.
                 let refused_by: Vec<usize> = match waiter {
@@ -239,7 +258,7 @@ impl Coordinator {
                         .collect(),
                     None => Vec::new(),
                 };
-                if !in_flight.is_empty() || !refused_by.is_empty() {
+                if settle_late_sets || !refused_by.is_empty() {
                     let stragglers = Stragglers {
                         in_flight,
                         lease: Arc::clone(guard.lease()),
@@ -321,8 +340,10 @@ impl Coordinator {
             }
             // The release's own unlock, sent after this SET on the same connection, deleted
             // the keys in the usual case; undo the SET only where it did not.
-            if lease.unlocks.deleted_on(index, timeout).await {
-                continue;
+            if let Some(unlocks) = &lease.unlocks {
+                if unlocks.deleted_on(index, timeout).await {
+                    continue;
+                }
             }
             let node = Arc::clone(&self.nodes[index]);
             let _ = tokio::time::timeout(timeout, node.unlock(&lease.keys, &lease.token)).await;
@@ -588,18 +609,27 @@ impl Coordinator {
     /// [`finish_stragglers`](Self::finish_stragglers).
     pub(crate) async fn release(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
         let resource = lease.resource.as_str();
+        let late_sets = lease.take_late_sets();
         let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
         let mut tally = self.empty_tally();
         let mut answers = vec![None; self.nodes.len()];
         self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut answers)
             .await;
-        for (index, answer) in answers.into_iter().enumerate() {
-            if let Some(answer) = answer {
-                lease.unlocks.record(index, answer == Answer::Granted);
+        if let Some(unlocks) = &lease.unlocks {
+            for (index, answer) in answers.into_iter().enumerate() {
+                if let Some(answer) = answer {
+                    unlocks.record(index, answer == Answer::Granted);
+                }
             }
-        }
-        if !in_flight.is_empty() {
-            spawn_detached(record_unlocks(in_flight, Arc::clone(lease)));
+            if !in_flight.is_empty() {
+                spawn_detached(record_unlocks(in_flight, Arc::clone(lease)));
+            }
+        } else {
+            // Once every unlock has been polled, it is queued behind the late SETs of its
+            // node: those may go.
+            drain_ready(&mut in_flight);
+            drop(late_sets);
+            finish_in_background(in_flight);
         }
         if tally.has_quorum() {
             Counters::bump(&self.counters.released);
@@ -687,6 +717,15 @@ impl Coordinator {
     pub(crate) fn release_in_background(&self, lease: Arc<Lease>) {
         let in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
         spawn_detached(record_unlocks(in_flight, lease));
+    }
+
+    /// Whether every request still in flight in `round` has gone out to its node for sure
+    /// (see [`LockNode::sends_when_polled`]), once polled.
+    fn all_send_when_polled(&self, round: &InFlight) -> bool {
+        round
+            .pending()
+            .iter()
+            .all(|&index| self.nodes[index].sends_when_polled())
     }
 
     /// In the background: unlocks `token`'s keys on every node (for acquisitions abandoned
@@ -1047,9 +1086,21 @@ struct Stragglers {
 /// Records in `lease` what each unlock of a release still in flight answers, for
 /// [`Coordinator::finish_stragglers`].
 async fn record_unlocks(mut in_flight: InFlight, lease: Arc<Lease>) {
+    // Late SETs left in the lease stay until the unlocks are queued behind them.
+    let late_sets = lease.take_late_sets();
     while let Some((index, reply, _)) = in_flight.next().await {
-        lease.unlocks.record(index, matches!(reply, Ok(true)));
+        if let Some(unlocks) = &lease.unlocks {
+            unlocks.record(index, matches!(reply, Ok(true)));
+        }
     }
+    drop(late_sets);
+}
+
+/// Takes the answers `in_flight` already has, without waiting: polls each request once
+/// more, so that every one not polled yet (a decided round need not have polled them all)
+/// goes out.
+fn drain_ready(in_flight: &mut InFlight) {
+    while let Some(Some(_)) = in_flight.next().now_or_never() {}
 }
 
 /// Lets the requests of a decided round still in flight reach their nodes: a request whose

@@ -59,6 +59,11 @@ impl<T: Send + 'static> Round<T> {
         self.waiting_on.len()
     }
 
+    /// The nodes that have not answered yet.
+    pub(crate) fn pending(&self) -> &[usize] {
+        &self.waiting_on
+    }
+
     /// Whether every node answered (or timed out).
     pub(crate) fn is_empty(&self) -> bool {
         self.waiting_on.is_empty()

@@ -649,3 +649,38 @@ async fn bad_resource_names_are_rejected_before_any_request() {
     assert!(!err.is_retryable());
     assert!(all_keys(&cluster).await.is_empty());
 }
+
+/// On nodes that answer, an acquisition spawns no task: the lock requests that its decided
+/// round no longer awaits are already queued on open connections, and wait in the lease
+/// for the release, which queues its unlocks behind them (each late `SET` lands before the
+/// unlock that deletes it). Only the release's own unlocks still in flight get a task. A
+/// task per round cost the client about a twentieth of its instructions per cycle.
+#[tokio::test(flavor = "current_thread")]
+async fn an_uncontended_acquisition_on_answering_nodes_spawns_no_task() {
+    let cluster = cluster(5).await;
+    let lock = redlock(&cluster, config(TTL)).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    // Let the warm-up's background work finish.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = metrics.num_alive_tasks();
+    for i in 0..20 {
+        let guard = lock.try_acquire(&format!("cycle-{i}")).await.unwrap();
+        assert_eq!(metrics.num_alive_tasks(), before, "after acquire {i}");
+        // ...and yet the lock reaches every node, not only the quorum that answered first.
+        let key = format!("cycle-{i}");
+        eventually("the lock on every node", Duration::from_secs(2), || async {
+            let held = cluster.keys_on_running(&key).await.expect("list keys");
+            held.iter().all(|keys| keys.len() == 1)
+        })
+        .await;
+        guard.release().await.unwrap();
+        let after = metrics.num_alive_tasks();
+        assert!(
+            after <= before + 1,
+            "after release {i}: {after} tasks, {before} before"
+        );
+        // Let the release's unlocks finish.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    no_keys_left(&cluster, Duration::from_secs(2)).await;
+}

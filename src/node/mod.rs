@@ -99,6 +99,17 @@ pub trait LockNode: Send + Sync + fmt::Debug {
         async { None }.boxed()
     }
 
+    /// Whether a request to this node goes out when its future is first polled, and then
+    /// takes effect on the node whether or not anybody awaits its answer: true for a
+    /// connected Redis node, whose request is one command queued on the open connection.
+    ///
+    /// The coordinator then leaves the requests whose answers it no longer needs (the
+    /// last nodes of a decided lock or unlock round) unawaited, instead of driving them to
+    /// the end in a background task. The default, `false`, is always correct.
+    fn sends_when_polled(&self) -> bool {
+        false
+    }
+
     /// Like [`try_lock`](Self::try_lock), for a waiter that races for `keys` and watches
     /// releases of `keys[0]` (see [`watch_releases`](Self::watch_releases)): when the node
     /// refuses, it is asked to announce the key's releases for the next `interest`.

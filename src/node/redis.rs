@@ -41,6 +41,9 @@ pub struct RedisNode {
     name: String,
     connection: ConnectionManager,
     scripts: Arc<NodeScripts>,
+    /// Whether the last request that ended had an answer from the node (see
+    /// [`LockNode::sends_when_polled`]).
+    answering: Arc<AtomicBool>,
     releases: Arc<ReleaseListener>,
     announce_releases: bool,
 }
@@ -72,13 +75,17 @@ impl RedisNode {
             // response would not make the connection reconnect anyway (redis-rs reconnects
             // on I/O errors that drop the connection, not on timeouts), so this timer cost
             // a registration in tokio's timer wheel per request for nothing.
-            .set_response_timeout(None);
+            .set_response_timeout(None)
+            // Room for bursts: a request polled while the connection's queue is full waits
+            // to go out, and a late lock request left unawaited would then never go out.
+            .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let connection =
             ConnectionManager::new_lazy_with_config(client, config).map_err(invalid)?;
         Ok(RedisNode {
             name,
             connection,
             scripts: Arc::new(NodeScripts::new()),
+            answering: Arc::new(AtomicBool::new(false)),
             releases,
             announce_releases: true,
         })
@@ -91,20 +98,33 @@ impl RedisNode {
         self
     }
 
+    /// Sends `command` and notes whether the node answered: any reply, even an error
+    /// reply, shows the connection up; a failure to reach the node shows it down.
+    async fn query<T: redis::FromRedisValue>(&self, command: &Cmd) -> redis::RedisResult<T> {
+        let mut connection = self.connection.clone();
+        let result = command.query_async(&mut connection).await;
+        let answered = match &result {
+            Ok(_) => true,
+            Err(err) => !is_unreachable(err),
+        };
+        self.answering.store(answered, Ordering::Relaxed);
+        result
+    }
+
     /// Runs the script call `call` built (see [`script_call`]) and returns its integer
     /// reply, loading the script first when the node answers `NOSCRIPT` (after a restart
     /// or a `SCRIPT FLUSH`).
     async fn run_script(&self, script: &NodeScript, call: &Cmd) -> Result<u64, NodeError> {
-        let mut connection = self.connection.clone();
-        match call.query_async::<u64>(&mut connection).await {
+        match self.query::<u64>(call).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 script.cached.store(false, Ordering::Relaxed);
+                let mut connection = self.connection.clone();
                 script
                     .script
                     .load_async(&mut connection)
                     .await
                     .map_err(node_error)?;
-                let reply = call.query_async(&mut connection).await.map_err(node_error);
+                let reply = self.query(call).await.map_err(node_error);
                 script.cached.store(reply.is_ok(), Ordering::Relaxed);
                 reply
             }
@@ -142,22 +162,15 @@ impl RedisNode {
 
     /// The values of `keys` (`GET` for one, `MGET` for several).
     async fn values(&self, keys: &[Arc<str>]) -> Result<Vec<Option<String>>, NodeError> {
-        let mut connection = self.connection.clone();
         let mut command = redis::cmd(if keys.len() == 1 { "GET" } else { "MGET" });
         for key in keys {
             command.arg(&**key);
         }
         if keys.len() == 1 {
-            let value: Option<String> = command
-                .query_async(&mut connection)
-                .await
-                .map_err(node_error)?;
+            let value: Option<String> = self.query(&command).await.map_err(node_error)?;
             Ok(vec![value])
         } else {
-            command
-                .query_async(&mut connection)
-                .await
-                .map_err(node_error)
+            self.query(&command).await.map_err(node_error)
         }
     }
 }
@@ -175,6 +188,12 @@ impl LockNode for RedisNode {
         &self.name
     }
 
+    /// While the node answers: each request is one command (a script goes whole until the
+    /// node has it), queued on the open connection when first polled.
+    fn sends_when_polled(&self) -> bool {
+        self.answering.load(Ordering::Relaxed)
+    }
+
     fn try_lock<'a>(
         &'a self,
         keys: &'a [Arc<str>],
@@ -190,18 +209,14 @@ impl LockNode for RedisNode {
                 return Ok(taken == 1);
             };
             // The common case: one plain command, no script.
-            let mut connection = self.connection.clone();
             let mut set = Cmd::with_capacity(6, key.len() + token.as_str().len() + 32);
-            let reply: Value = set
-                .arg("SET")
+            set.arg("SET")
                 .arg(&**key)
                 .arg(token.as_str())
                 .arg("NX")
                 .arg("PX")
-                .arg(ttl)
-                .query_async(&mut connection)
-                .await
-                .map_err(node_error)?;
+                .arg(ttl);
+            let reply: Value = self.query(&set).await.map_err(node_error)?;
             match reply {
                 Value::Okay => Ok(true),
                 Value::Nil => Ok(false),
@@ -515,13 +530,20 @@ fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Separates "could not talk to the node" from "the node said no".
-fn node_error(err: RedisError) -> NodeError {
-    if err.is_io_error()
+/// How many commands may wait to go out on one node's connection.
+const PIPELINE_BUFFER: usize = 4096;
+
+/// Whether `err` means the node could not be reached (rather than that it answered).
+fn is_unreachable(err: &RedisError) -> bool {
+    err.is_io_error()
         || err.is_connection_refusal()
         || err.is_connection_dropped()
         || err.is_timeout()
-    {
+}
+
+/// Separates "could not talk to the node" from "the node said no".
+fn node_error(err: RedisError) -> NodeError {
+    if is_unreachable(&err) {
         NodeError::Connection(err.to_string())
     } else {
         NodeError::Redis(err.to_string())
