@@ -4,7 +4,7 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -14,7 +14,6 @@ use crate::error::LockError;
 use crate::metrics::Counters;
 use crate::quorum::Coordinator;
 use crate::resource::Keys;
-use crate::round::Round;
 use crate::token::LockToken;
 
 /// How a lease ended.
@@ -59,9 +58,6 @@ pub(crate) struct Lease {
     /// What the release's unlock found on each node, kept only while the acquisition's
     /// late `SET`s are settled in the background; see [`Unlocks`].
     pub(crate) unlocks: Option<Unlocks>,
-    /// The winning round's lock requests that had not answered when the lock was granted,
-    /// kept (not awaited) until the release has queued its unlocks behind them.
-    late_sets: Mutex<Option<Round<bool>>>,
 }
 
 /// What the release's unlock found on each node, so that a `SET` of the acquisition that
@@ -134,7 +130,6 @@ impl Lease {
         Lease {
             coordinator,
             unlocks: None,
-            late_sets: Mutex::new(None),
             resource: resource.to_owned(),
             keys,
             token,
@@ -156,24 +151,6 @@ impl Lease {
     pub(crate) fn with_fencing_token(mut self, fencing_token: Option<u64>) -> Self {
         self.fencing_token = fencing_token;
         self
-    }
-
-    /// Keeps the winning round's requests still in flight; see [`take_late_sets`].
-    ///
-    /// [`take_late_sets`]: Self::take_late_sets
-    pub(crate) fn park_late_sets(&self, in_flight: Round<bool>) {
-        *self
-            .late_sets
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(in_flight);
-    }
-
-    /// The requests [`park_late_sets`](Self::park_late_sets) kept, once.
-    pub(crate) fn take_late_sets(&self) -> Option<Round<bool>> {
-        self.late_sets
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
     }
 
     pub(crate) fn state(&self) -> LeaseState {

@@ -229,12 +229,11 @@ impl Coordinator {
                 );
                 // The lock requests still in flight go out when polled: on nodes that
                 // answer, each is then queued on its open connection, and lands before the
-                // release's unlock on the same connection. They wait in the lease, unpolled
-                // (redis-rs skips a queued request whose answer nobody awaits any more, so
-                // they are kept, not dropped), until the release has queued its unlocks.
-                // Only when some node may not have sent its request yet (still connecting)
-                // do they need a task of their own, and the release must tell that task
-                // what its unlocks found. A queued winner always keeps one (see below).
+                // release's unlock on the same connection, awaited or not (the node keeps
+                // a dropped request until its answer). Only when some node may not have
+                // sent its request yet (still connecting) do they need a task to drive them,
+                // and the release must tell that task what its unlocks found. A queued
+                // winner always keeps one (see below).
                 if waiter.is_none() {
                     drain_ready(&mut in_flight);
                 }
@@ -244,10 +243,6 @@ impl Coordinator {
                     .with_fencing_token(fencing_token)
                     .tracking_unlocks(settle_late_sets);
                 let guard = LockGuard::new(lease);
-                if waiter.is_none() && !settle_late_sets && !in_flight.is_empty() {
-                    guard.lease().park_late_sets(in_flight);
-                    return Ok(guard);
-                }
                 // A queued waiter that won leaves the queues of the nodes that did not grant
                 // it the lock; it could otherwise be picked there for a reservation later.
                 let refused_by: Vec<usize> = match waiter {
@@ -609,7 +604,6 @@ impl Coordinator {
     /// [`finish_stragglers`](Self::finish_stragglers).
     pub(crate) async fn release(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
         let resource = lease.resource.as_str();
-        let late_sets = lease.take_late_sets();
         let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
         let mut tally = self.empty_tally();
         let mut answers = vec![None; self.nodes.len()];
@@ -625,11 +619,12 @@ impl Coordinator {
                 spawn_detached(record_unlocks(in_flight, Arc::clone(lease)));
             }
         } else {
-            // Once every unlock has been polled, it is queued behind the late SETs of its
-            // node: those may go.
+            // As for a lock round: unlocks sent on open connections need nobody to await
+            // them; those to a node that may not have sent them yet are driven to the end.
             drain_ready(&mut in_flight);
-            drop(late_sets);
-            finish_in_background(in_flight);
+            if !self.all_send_when_polled(&in_flight) {
+                finish_in_background(in_flight);
+            }
         }
         if tally.has_quorum() {
             Counters::bump(&self.counters.released);
@@ -1086,14 +1081,11 @@ struct Stragglers {
 /// Records in `lease` what each unlock of a release still in flight answers, for
 /// [`Coordinator::finish_stragglers`].
 async fn record_unlocks(mut in_flight: InFlight, lease: Arc<Lease>) {
-    // Late SETs left in the lease stay until the unlocks are queued behind them.
-    let late_sets = lease.take_late_sets();
     while let Some((index, reply, _)) = in_flight.next().await {
         if let Some(unlocks) = &lease.unlocks {
             unlocks.record(index, matches!(reply, Ok(true)));
         }
     }
-    drop(late_sets);
 }
 
 /// Takes the answers `in_flight` already has, without waiting: polls each request once

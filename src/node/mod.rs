@@ -10,6 +10,7 @@
 mod redis;
 mod releases;
 mod scripts;
+mod unawaited;
 
 use std::fmt;
 use std::sync::Arc;

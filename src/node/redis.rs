@@ -12,6 +12,7 @@ use redis::{Cmd, ErrorKind, RedisError, RedisWrite, Script, ServerErrorKind, Val
 
 use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
 use super::scripts::{self, DEADLINES_PREFIX, QUEUE_PREFIX, WATCHED_PREFIX};
+use super::unawaited::{Awaited, Unawaited};
 use super::{redact_url, LockNode, QueuePlace, ReleaseWatch};
 use crate::error::{LockError, NodeError};
 use crate::fencing::RAISE_COUNTER_SCRIPT;
@@ -44,6 +45,8 @@ pub struct RedisNode {
     /// Whether the last request that ended had an answer from the node (see
     /// [`LockNode::sends_when_polled`]).
     answering: Arc<AtomicBool>,
+    /// Requests sent and no longer awaited, kept so that they still go out.
+    unawaited: Arc<Unawaited>,
     releases: Arc<ReleaseListener>,
     announce_releases: bool,
 }
@@ -86,6 +89,7 @@ impl RedisNode {
             connection,
             scripts: Arc::new(NodeScripts::new()),
             answering: Arc::new(AtomicBool::new(false)),
+            unawaited: Arc::new(Unawaited::default()),
             releases,
             announce_releases: true,
         })
@@ -99,23 +103,32 @@ impl RedisNode {
     }
 
     /// Sends `command` and notes whether the node answered: any reply, even an error
-    /// reply, shows the connection up; a failure to reach the node shows it down.
-    async fn query<T: redis::FromRedisValue>(&self, command: &Cmd) -> redis::RedisResult<T> {
+    /// reply, shows the connection up; a failure to reach the node shows it down. Once
+    /// sent, the command goes out even if this future is dropped (see [`Unawaited`]).
+    async fn query<T: redis::FromRedisValue>(&self, command: Cmd) -> redis::RedisResult<T> {
         let mut connection = self.connection.clone();
-        let result = command.query_async(&mut connection).await;
+        let request = Box::pin(async move { connection.send_packed_command(&command).await });
+        // An error reply comes as a value: made an error here, as `query_async` does.
+        let result = Awaited::new(request, Arc::clone(&self.unawaited))
+            .await
+            .and_then(Value::extract_error);
         let answered = match &result {
             Ok(_) => true,
             Err(err) => !is_unreachable(err),
         };
         self.answering.store(answered, Ordering::Relaxed);
-        result
+        Ok(redis::from_redis_value(result?)?)
     }
 
     /// Runs the script call `call` built (see [`script_call`]) and returns its integer
     /// reply, loading the script first when the node answers `NOSCRIPT` (after a restart
     /// or a `SCRIPT FLUSH`).
-    async fn run_script(&self, script: &NodeScript, call: &Cmd) -> Result<u64, NodeError> {
-        match self.query::<u64>(call).await {
+    async fn run_script(
+        &self,
+        script: &NodeScript,
+        call: impl Fn() -> Cmd,
+    ) -> Result<u64, NodeError> {
+        match self.query::<u64>(call()).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 script.cached.store(false, Ordering::Relaxed);
                 let mut connection = self.connection.clone();
@@ -124,7 +137,7 @@ impl RedisNode {
                     .load_async(&mut connection)
                     .await
                     .map_err(node_error)?;
-                let reply = self.query(call).await.map_err(node_error);
+                let reply = self.query(call()).await.map_err(node_error);
                 script.cached.store(reply.is_ok(), Ordering::Relaxed);
                 reply
             }
@@ -143,10 +156,10 @@ impl RedisNode {
     async fn run_repeatable_script(
         &self,
         script: &NodeScript,
-        call: &Cmd,
+        call: impl Fn() -> Cmd,
     ) -> Result<u64, NodeError> {
-        match self.run_script(script, call).await {
-            Err(NodeError::Connection(_)) => self.run_script(script, call).await,
+        match self.run_script(script, &call).await {
+            Err(NodeError::Connection(_)) => self.run_script(script, &call).await,
             result => result,
         }
     }
@@ -167,10 +180,10 @@ impl RedisNode {
             command.arg(&**key);
         }
         if keys.len() == 1 {
-            let value: Option<String> = self.query(&command).await.map_err(node_error)?;
+            let value: Option<String> = self.query(command).await.map_err(node_error)?;
             Ok(vec![value])
         } else {
-            self.query(&command).await.map_err(node_error)
+            self.query(command).await.map_err(node_error)
         }
     }
 }
@@ -204,7 +217,7 @@ impl LockNode for RedisNode {
             let ttl = millis(ttl);
             let [key] = keys else {
                 let args = [token.as_str(), &ttl.to_string()];
-                let call = script_call(&self.scripts.lock, keys, None, &[], &args);
+                let call = || script_call(&self.scripts.lock, keys, None, &[], &args);
                 let taken = self.run_script(&self.scripts.lock, &call).await?;
                 return Ok(taken == 1);
             };
@@ -216,7 +229,7 @@ impl LockNode for RedisNode {
                 .arg("NX")
                 .arg("PX")
                 .arg(ttl);
-            let reply: Value = self.query(&set).await.map_err(node_error)?;
+            let reply: Value = self.query(set).await.map_err(node_error)?;
             match reply {
                 Value::Okay => Ok(true),
                 Value::Nil => Ok(false),
@@ -235,13 +248,8 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let args = [token.as_str(), self.channel_prefix()];
-            let call = script_call(
-                &self.scripts.unlock,
-                keys,
-                Some(first_key(keys)?),
-                keys,
-                &args,
-            );
+            let queue_of = first_key(keys)?;
+            let call = || script_call(&self.scripts.unlock, keys, Some(queue_of), keys, &args);
             let all = self
                 .run_repeatable_script(&self.scripts.unlock, &call)
                 .await?;
@@ -258,13 +266,15 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let ttl = millis(ttl).to_string();
-            let call = script_call(
-                &self.scripts.extend,
-                keys,
-                None,
-                &[],
-                &[token.as_str(), &ttl],
-            );
+            let call = || {
+                script_call(
+                    &self.scripts.extend,
+                    keys,
+                    None,
+                    &[],
+                    &[token.as_str(), &ttl],
+                )
+            };
             let extended = self
                 .run_repeatable_script(&self.scripts.extend, &call)
                 .await?;
@@ -308,7 +318,7 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
             let value = value.to_string();
-            let call = script_call(&self.scripts.raise_counter, keys, None, &[], &[&value]);
+            let call = || script_call(&self.scripts.raise_counter, keys, None, &[], &[&value]);
             self.run_repeatable_script(&self.scripts.raise_counter, &call)
                 .await
         }
@@ -330,13 +340,8 @@ impl LockNode for RedisNode {
                 &place.ticket.to_string(),
                 &millis(place.lifetime).max(1).to_string(),
             ];
-            let call = script_call(
-                &self.scripts.lock_queued,
-                keys,
-                Some(first_key(keys)?),
-                &[],
-                &args,
-            );
+            let queue_of = first_key(keys)?;
+            let call = || script_call(&self.scripts.lock_queued, keys, Some(queue_of), &[], &args);
             let taken = self.run_script(&self.scripts.lock_queued, &call).await?;
             Ok(taken == 1)
         }
@@ -360,7 +365,7 @@ impl LockNode for RedisNode {
                 &millis(ttl).to_string(),
                 &millis(interest).max(1).to_string(),
             ];
-            let call = script_call(&self.scripts.lock_watching, keys, None, first, &args);
+            let call = || script_call(&self.scripts.lock_watching, keys, None, first, &args);
             let taken = self.run_script(&self.scripts.lock_watching, &call).await?;
             Ok(taken == 1)
         }
@@ -376,13 +381,16 @@ impl LockNode for RedisNode {
             // The script takes the first lock key, its queue keys and its marker only.
             let first = &keys[..1.min(keys.len())];
             let args = [waiter.as_str(), self.channel_prefix()];
-            let call = script_call(
-                &self.scripts.leave_queue,
-                first,
-                Some(first_key(keys)?),
-                first,
-                &args,
-            );
+            let queue_of = first_key(keys)?;
+            let call = || {
+                script_call(
+                    &self.scripts.leave_queue,
+                    first,
+                    Some(queue_of),
+                    first,
+                    &args,
+                )
+            };
             self.run_repeatable_script(&self.scripts.leave_queue, &call)
                 .await
                 .map(drop)
