@@ -12,7 +12,7 @@ use redis::{Cmd, ErrorKind, RedisError, RedisWrite, Script, ServerErrorKind, Val
 
 use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
 use super::scripts::{self, DEADLINES_PREFIX, QUEUE_PREFIX, WATCHED_PREFIX};
-use super::unawaited::{Awaited, Unawaited};
+use super::unawaited::{Awaited, Request, Unawaited};
 use super::{redact_url, LockNode, QueuePlace, ReleaseWatch};
 use crate::error::{LockError, NodeError};
 use crate::fencing::RAISE_COUNTER_SCRIPT;
@@ -45,8 +45,8 @@ pub struct RedisNode {
     /// Whether the last request that ended had an answer from the node (see
     /// [`LockNode::sends_when_polled`]).
     answering: Arc<AtomicBool>,
-    /// Requests sent and no longer awaited, kept so that they still go out.
-    unawaited: Arc<Unawaited>,
+    /// Takes requests sent and no longer awaited, so that they still go out.
+    unawaited: Unawaited,
     releases: Arc<ReleaseListener>,
     announce_releases: bool,
 }
@@ -89,7 +89,7 @@ impl RedisNode {
             connection,
             scripts: Arc::new(NodeScripts::new()),
             answering: Arc::new(AtomicBool::new(false)),
-            unawaited: Arc::new(Unawaited::default()),
+            unawaited: Unawaited::start(connect_timeout),
             releases,
             announce_releases: true,
         })
@@ -107,9 +107,10 @@ impl RedisNode {
     /// sent, the command goes out even if this future is dropped (see [`Unawaited`]).
     async fn query<T: redis::FromRedisValue>(&self, command: Cmd) -> redis::RedisResult<T> {
         let mut connection = self.connection.clone();
-        let request = Box::pin(async move { connection.send_packed_command(&command).await });
+        let request: Request =
+            Box::pin(async move { connection.send_packed_command(&command).await });
         // An error reply comes as a value: made an error here, as `query_async` does.
-        let result = Awaited::new(request, Arc::clone(&self.unawaited))
+        let result = Awaited::new(request, &self.unawaited)
             .await
             .and_then(Value::extract_error);
         let answered = match &result {
