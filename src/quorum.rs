@@ -599,9 +599,9 @@ impl Coordinator {
     }
 
     /// Deletes the lease's keys on every node. Returns once a quorum deleted them (the
-    /// other deletes finish in the background) or once a quorum can no longer confirm it.
-    /// What each node answered is recorded in the lease, for
-    /// [`finish_stragglers`](Self::finish_stragglers).
+    /// other deletes finish unawaited) or once a quorum can no longer confirm it. When the
+    /// acquisition's late `SET`s are settled in the background, what each node answered is
+    /// recorded in the lease for [`finish_stragglers`](Self::finish_stragglers).
     pub(crate) async fn release(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
         let resource = lease.resource.as_str();
         let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
@@ -619,12 +619,7 @@ impl Coordinator {
                 spawn_detached(record_unlocks(in_flight, Arc::clone(lease)));
             }
         } else {
-            // As for a lock round: unlocks sent on open connections need nobody to await
-            // them; those to a node that may not have sent them yet are driven to the end.
-            drain_ready(&mut in_flight);
-            if !self.all_send_when_polled(&in_flight) {
-                finish_in_background(in_flight);
-            }
+            self.let_finish(in_flight);
         }
         if tally.has_quorum() {
             Counters::bump(&self.counters.released);
@@ -712,6 +707,17 @@ impl Coordinator {
     pub(crate) fn release_in_background(&self, lease: Arc<Lease>) {
         let in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
         spawn_detached(record_unlocks(in_flight, lease));
+    }
+
+    /// Lets the requests of a decided round still in flight reach their nodes. Each is
+    /// polled once more (a request never polled has not gone out); then those to nodes that
+    /// send when polled need nobody to await them, and the others are driven to the end in
+    /// the background.
+    fn let_finish(&self, mut in_flight: InFlight) {
+        drain_ready(&mut in_flight);
+        if !self.all_send_when_polled(&in_flight) {
+            finish_in_background(in_flight);
+        }
     }
 
     /// Whether every request still in flight in `round` has gone out to its node for sure
@@ -1095,8 +1101,8 @@ fn drain_ready(in_flight: &mut InFlight) {
     while let Some(Some(_)) = in_flight.next().now_or_never() {}
 }
 
-/// Lets the requests of a decided round still in flight reach their nodes: a request whose
-/// future was never polled has not been sent yet.
+/// Lets the requests of a decided round still in flight reach their nodes, driven by a
+/// task: a request whose future was never polled has not been sent yet.
 fn finish_in_background(in_flight: InFlight) {
     if !in_flight.is_empty() {
         spawn_detached(in_flight.finish());

@@ -38,13 +38,9 @@ impl Resources {
         if let [name] = resources {
             // The usual lock, on one resource: no sorting, no joined name.
             validate(name)?;
-            let key: Arc<str> = match config.key_prefix() {
-                Some(prefix) => format!("{prefix}{name}").into(),
-                None => Arc::from(*name),
-            };
             return Ok(Resources {
                 name: (*name).to_owned(),
-                keys: Arc::new([key]),
+                keys: Arc::new([key_of(config, name)]),
             });
         }
         let mut names: Vec<&str> = resources.to_vec();
@@ -55,17 +51,19 @@ impl Resources {
                 return Err(invalid(name, "listed twice in one lock"));
             }
         }
-        let keys = names
-            .iter()
-            .map(|name| match config.key_prefix() {
-                Some(prefix) => format!("{prefix}{name}").into(),
-                None => Arc::from(*name),
-            })
-            .collect();
+        let keys = names.iter().map(|name| key_of(config, name)).collect();
         Ok(Resources {
             name: names.join(" + "),
             keys,
         })
+    }
+}
+
+/// The Redis key of resource `name`: the name itself, or the configured prefix and the name.
+fn key_of(config: &LockConfig, name: &str) -> Arc<str> {
+    match config.key_prefix() {
+        Some(prefix) => format!("{prefix}{name}").into(),
+        None => Arc::from(name),
     }
 }
 

@@ -121,15 +121,11 @@ impl RedisNode {
         Ok(redis::from_redis_value(result?)?)
     }
 
-    /// Runs the script call `call` built (see [`script_call`]) and returns its integer
-    /// reply, loading the script first when the node answers `NOSCRIPT` (after a restart
-    /// or a `SCRIPT FLUSH`).
-    async fn run_script(
-        &self,
-        script: &NodeScript,
-        call: impl Fn() -> Cmd,
-    ) -> Result<u64, NodeError> {
-        match self.query::<u64>(call()).await {
+    /// Runs `call` and returns its integer reply, loading the script first when the node
+    /// answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`).
+    async fn run_script(&self, call: &ScriptCall<'_>) -> Result<u64, NodeError> {
+        let script = call.script;
+        match self.query::<u64>(call.command()).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 script.cached.store(false, Ordering::Relaxed);
                 let mut connection = self.connection.clone();
@@ -138,7 +134,7 @@ impl RedisNode {
                     .load_async(&mut connection)
                     .await
                     .map_err(node_error)?;
-                let reply = self.query(call()).await.map_err(node_error);
+                let reply = self.query(call.command()).await.map_err(node_error);
                 script.cached.store(reply.is_ok(), Ordering::Relaxed);
                 reply
             }
@@ -154,13 +150,9 @@ impl RedisNode {
     /// a counter), once more if the first try found the connection broken. The first command
     /// after a reset fails without reaching the node while the connection is re-made, and
     /// an unlock that never arrives would leave our key on that node for a whole TTL.
-    async fn run_repeatable_script(
-        &self,
-        script: &NodeScript,
-        call: impl Fn() -> Cmd,
-    ) -> Result<u64, NodeError> {
-        match self.run_script(script, &call).await {
-            Err(NodeError::Connection(_)) => self.run_script(script, &call).await,
+    async fn run_repeatable_script(&self, call: &ScriptCall<'_>) -> Result<u64, NodeError> {
+        match self.run_script(call).await {
+            Err(NodeError::Connection(_)) => self.run_script(call).await,
             result => result,
         }
     }
@@ -218,8 +210,8 @@ impl LockNode for RedisNode {
             let ttl = millis(ttl);
             let [key] = keys else {
                 let args = [token.as_str(), &ttl.to_string()];
-                let call = || script_call(&self.scripts.lock, keys, None, &[], &args);
-                let taken = self.run_script(&self.scripts.lock, &call).await?;
+                let call = ScriptCall::new(&self.scripts.lock, keys, &args);
+                let taken = self.run_script(&call).await?;
                 return Ok(taken == 1);
             };
             // The common case: one plain command, no script.
@@ -250,10 +242,10 @@ impl LockNode for RedisNode {
         async move {
             let args = [token.as_str(), self.channel_prefix()];
             let queue_of = first_key(keys)?;
-            let call = || script_call(&self.scripts.unlock, keys, Some(queue_of), keys, &args);
-            let all = self
-                .run_repeatable_script(&self.scripts.unlock, &call)
-                .await?;
+            let call = ScriptCall::new(&self.scripts.unlock, keys, &args)
+                .with_queue_of(queue_of)
+                .with_markers_of(keys);
+            let all = self.run_repeatable_script(&call).await?;
             Ok(all == 1)
         }
         .boxed()
@@ -267,18 +259,9 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
             let ttl = millis(ttl).to_string();
-            let call = || {
-                script_call(
-                    &self.scripts.extend,
-                    keys,
-                    None,
-                    &[],
-                    &[token.as_str(), &ttl],
-                )
-            };
-            let extended = self
-                .run_repeatable_script(&self.scripts.extend, &call)
-                .await?;
+            let args = [token.as_str(), &ttl];
+            let call = ScriptCall::new(&self.scripts.extend, keys, &args);
+            let extended = self.run_repeatable_script(&call).await?;
             Ok(extended == 1)
         }
         .boxed()
@@ -319,9 +302,9 @@ impl LockNode for RedisNode {
     ) -> BoxFuture<'a, Result<u64, NodeError>> {
         async move {
             let value = value.to_string();
-            let call = || script_call(&self.scripts.raise_counter, keys, None, &[], &[&value]);
-            self.run_repeatable_script(&self.scripts.raise_counter, &call)
-                .await
+            let args = [value.as_str()];
+            let call = ScriptCall::new(&self.scripts.raise_counter, keys, &args);
+            self.run_repeatable_script(&call).await
         }
         .boxed()
     }
@@ -342,8 +325,9 @@ impl LockNode for RedisNode {
                 &millis(place.lifetime).max(1).to_string(),
             ];
             let queue_of = first_key(keys)?;
-            let call = || script_call(&self.scripts.lock_queued, keys, Some(queue_of), &[], &args);
-            let taken = self.run_script(&self.scripts.lock_queued, &call).await?;
+            let call =
+                ScriptCall::new(&self.scripts.lock_queued, keys, &args).with_queue_of(queue_of);
+            let taken = self.run_script(&call).await?;
             Ok(taken == 1)
         }
         .boxed()
@@ -366,8 +350,9 @@ impl LockNode for RedisNode {
                 &millis(ttl).to_string(),
                 &millis(interest).max(1).to_string(),
             ];
-            let call = || script_call(&self.scripts.lock_watching, keys, None, first, &args);
-            let taken = self.run_script(&self.scripts.lock_watching, &call).await?;
+            let call =
+                ScriptCall::new(&self.scripts.lock_watching, keys, &args).with_markers_of(first);
+            let taken = self.run_script(&call).await?;
             Ok(taken == 1)
         }
         .boxed()
@@ -383,18 +368,10 @@ impl LockNode for RedisNode {
             let first = &keys[..1.min(keys.len())];
             let args = [waiter.as_str(), self.channel_prefix()];
             let queue_of = first_key(keys)?;
-            let call = || {
-                script_call(
-                    &self.scripts.leave_queue,
-                    first,
-                    Some(queue_of),
-                    first,
-                    &args,
-                )
-            };
-            self.run_repeatable_script(&self.scripts.leave_queue, &call)
-                .await
-                .map(drop)
+            let call = ScriptCall::new(&self.scripts.leave_queue, first, &args)
+                .with_queue_of(queue_of)
+                .with_markers_of(first);
+            self.run_repeatable_script(&call).await.map(drop)
         }
         .boxed()
     }
@@ -477,50 +454,84 @@ impl NodeScript {
     }
 }
 
-/// A call of `script` built in one pre-sized command: `EVALSHA` and the hash (or, until
-/// the node is known to have the script, `EVAL` and its code), the key count, then `keys`,
-/// with `queue_of` the queue keys of that lock key, the watch markers of `watched`, and
-/// then `args`. It saves the script invocation's intermediate vectors and strings on every
-/// call.
-fn script_call(
-    script: &NodeScript,
-    keys: &[Arc<str>],
-    queue_of: Option<&str>,
-    watched: &[Arc<str>],
-    args: &[&str],
-) -> Cmd {
-    let queue_keys = if queue_of.is_some() { 2 } else { 0 };
-    let key_count = keys.len() + queue_keys + watched.len();
-    let key_bytes = |keys: &[Arc<str>]| keys.iter().map(|key| key.len()).sum::<usize>();
-    let cached = script.cached.load(Ordering::Relaxed);
-    let bytes = 64
-        + if cached { 0 } else { script.code.len() }
-        + key_bytes(keys)
-        + queue_of.map_or(0, |key| 2 * key.len() + 48)
-        + key_bytes(watched)
-        + watched.len() * WATCHED_PREFIX.len()
-        + args.iter().map(|arg| arg.len()).sum::<usize>();
-    let mut call = Cmd::with_capacity(3 + key_count + args.len(), bytes);
-    if cached {
-        call.arg("EVALSHA").arg(script.script.get_hash());
-    } else {
-        call.arg("EVAL").arg(script.code);
+/// One call of a node script: the script, the lock keys, the extra keys the script takes
+/// for them, and the arguments.
+struct ScriptCall<'a> {
+    script: &'a NodeScript,
+    keys: &'a [Arc<str>],
+    /// The lock key whose queue keys (waiters, deadlines) follow `keys`.
+    queue_of: Option<&'a str>,
+    /// The lock keys whose watch markers follow the queue keys.
+    markers_of: &'a [Arc<str>],
+    args: &'a [&'a str],
+}
+
+impl<'a> ScriptCall<'a> {
+    fn new(script: &'a NodeScript, keys: &'a [Arc<str>], args: &'a [&'a str]) -> Self {
+        ScriptCall {
+            script,
+            keys,
+            queue_of: None,
+            markers_of: &[],
+            args,
+        }
     }
-    call.arg(key_count);
-    for key in keys {
-        call.arg(&**key);
+
+    fn with_queue_of(mut self, key: &'a str) -> Self {
+        self.queue_of = Some(key);
+        self
     }
-    if let Some(key) = queue_of {
-        write_prefixed_arg(&mut call, QUEUE_PREFIX, key);
-        write_prefixed_arg(&mut call, DEADLINES_PREFIX, key);
+
+    fn with_markers_of(mut self, keys: &'a [Arc<str>]) -> Self {
+        self.markers_of = keys;
+        self
     }
-    for key in watched {
-        write_prefixed_arg(&mut call, WATCHED_PREFIX, key);
+
+    /// The call as one pre-sized command: `EVALSHA` and the hash (or, until the node is
+    /// known to have the script, `EVAL` and its code), the key count, the lock keys, the
+    /// queue keys, the watch markers, then the arguments. It saves the script invocation's
+    /// intermediate vectors and strings on every call.
+    fn command(&self) -> Cmd {
+        let ScriptCall {
+            script,
+            keys,
+            queue_of,
+            markers_of,
+            args,
+        } = *self;
+        let queue_keys = if queue_of.is_some() { 2 } else { 0 };
+        let key_count = keys.len() + queue_keys + markers_of.len();
+        let key_bytes = |keys: &[Arc<str>]| keys.iter().map(|key| key.len()).sum::<usize>();
+        let cached = script.cached.load(Ordering::Relaxed);
+        let bytes = 64
+            + if cached { 0 } else { script.code.len() }
+            + key_bytes(keys)
+            + queue_of.map_or(0, |key| 2 * key.len() + 48)
+            + key_bytes(markers_of)
+            + markers_of.len() * WATCHED_PREFIX.len()
+            + args.iter().map(|arg| arg.len()).sum::<usize>();
+        let mut call = Cmd::with_capacity(3 + key_count + args.len(), bytes);
+        if cached {
+            call.arg("EVALSHA").arg(script.script.get_hash());
+        } else {
+            call.arg("EVAL").arg(script.code);
+        }
+        call.arg(key_count);
+        for key in keys {
+            call.arg(&**key);
+        }
+        if let Some(key) = queue_of {
+            write_prefixed_arg(&mut call, QUEUE_PREFIX, key);
+            write_prefixed_arg(&mut call, DEADLINES_PREFIX, key);
+        }
+        for key in markers_of {
+            write_prefixed_arg(&mut call, WATCHED_PREFIX, key);
+        }
+        for arg in args {
+            call.arg(*arg);
+        }
+        call
     }
-    for arg in args {
-        call.arg(*arg);
-    }
-    call
 }
 
 /// Appends the argument `prefix` + `key` to `call`, byte by byte: the formatting machinery
@@ -577,7 +588,10 @@ mod tests {
         let script = NodeScript::new(scripts::UNLOCK);
         script.cached.store(true, Ordering::Relaxed);
         let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
-        let call = script_call(&script, &keys, Some("a"), &keys, &["token", "channel:"]);
+        let call = ScriptCall::new(&script, &keys, &["token", "channel:"])
+            .with_queue_of("a")
+            .with_markers_of(&keys)
+            .command();
         let expected = [
             "EVALSHA",
             script.script.get_hash(),
@@ -599,7 +613,7 @@ mod tests {
         let script = NodeScript::new(scripts::EXTEND);
         script.cached.store(true, Ordering::Relaxed);
         let keys: Vec<Arc<str>> = vec!["only".into()];
-        let call = script_call(&script, &keys, None, &[], &["token", "30000"]);
+        let call = ScriptCall::new(&script, &keys, &["token", "30000"]).command();
         let expected = [
             "EVALSHA",
             script.script.get_hash(),
@@ -615,7 +629,7 @@ mod tests {
     fn a_script_the_node_may_not_have_is_sent_whole() {
         let script = NodeScript::new(scripts::EXTEND);
         let keys: Vec<Arc<str>> = vec!["only".into()];
-        let call = script_call(&script, &keys, None, &[], &["token", "30000"]);
+        let call = ScriptCall::new(&script, &keys, &["token", "30000"]).command();
         let expected = ["EVAL", scripts::EXTEND, "1", "only", "token", "30000"];
         assert_eq!(args(&call), expected);
     }
