@@ -23,10 +23,12 @@ use crate::resource::Resources;
 /// | [`retry_jitter`](Self::retry_jitter) | 100 ms | each wait is drawn uniformly from `retry_delay ± retry_jitter` |
 /// | [`drift_factor`](Self::drift_factor) | 0.01 | clock-drift allowance: `ttl * drift_factor + 2 ms` is subtracted from the validity |
 /// | [`node_timeout`](Self::node_timeout) | 50 ms | how long one node may take to answer one command |
+/// | [`connect_timeout`](Self::connect_timeout) | 1 s | how long one attempt to (re)connect to a node may take, the server check included |
 /// | [`key_prefix`](Self::key_prefix) | none | prepended to the resource name to form the Redis key |
 /// | [`notify_releases`](Self::notify_releases) | `true` | releases are announced over pub/sub, and blocking acquires wait for them |
 /// | [`fair`](Self::fair) | `true` | blocking acquires of a contended lock queue on the nodes and get it first come, first served |
 /// | [`fencing`](Self::fencing) | `false` | every acquisition mints a fencing token (two more rounds) |
+/// | [`fencing_on_volatile_nodes`](Self::fencing_on_volatile_nodes) | `false` | fencing is allowed on nodes that keep no append-only file |
 ///
 /// # Examples
 ///
@@ -55,10 +57,12 @@ pub struct LockConfig {
     retry_jitter: Duration,
     drift_factor: f64,
     node_timeout: Duration,
+    connect_timeout: Duration,
     key_prefix: Option<String>,
     notify_releases: bool,
     fair: bool,
     fencing: bool,
+    fencing_on_volatile_nodes: bool,
 }
 
 impl LockConfig {
@@ -74,6 +78,10 @@ impl LockConfig {
     pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
     /// Default per-node timeout: 50 ms, the top of the range the Redlock spec gives for a 10 s TTL.
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Default connect timeout: 1 second. A connection is made once and kept, so it can
+    /// afford far more than one request's timeout: a TLS handshake across zones, or a
+    /// process started on a loaded host, takes tens to hundreds of milliseconds.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
     /// The fixed part of the drift allowance: 1 ms of Redis expiry precision plus 1 ms minimum drift.
     pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
     /// The longest TTL accepted: 30 days. Longer values are almost always a unit mistake
@@ -152,6 +160,14 @@ impl LockConfig {
         self.node_timeout
     }
 
+    /// How long one attempt to connect (or reconnect) to a node may take, the check of the
+    /// server included (see [`Redlock::connect`](crate::Redlock::connect)). Requests are
+    /// bounded by [`node_timeout`](Self::node_timeout) instead; a node that is still
+    /// connecting counts as failed in the rounds meanwhile.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// Prepended to every resource name to form its Redis key; `None` means the key is the
     /// resource name itself, which lets this library exclude other Redlock clients (rslock,
     /// node-redlock, redsync) locking the same names.
@@ -184,6 +200,16 @@ impl LockConfig {
     /// across holders; see [`crate::fencing`]. It costs two more rounds per acquisition.
     pub fn fencing(&self) -> bool {
         self.fencing
+    }
+
+    /// Whether fencing may run on nodes that keep no append-only file. Off (the default),
+    /// a lock with [`fencing`](Self::fencing) refuses such a node (`appendonly no`, or a
+    /// user denied `INFO`): a node restarted empty forgets its counters, and a later holder
+    /// could then be given a token an earlier holder already had (see [`crate::fencing`]).
+    /// On, such nodes are used anyway, and tokens are only as monotonic as the nodes are
+    /// durable.
+    pub fn fencing_on_volatile_nodes(&self) -> bool {
+        self.fencing_on_volatile_nodes
     }
 
     /// The Redis key a lock on `resource` lives under: the name, after the key prefix.
@@ -235,6 +261,9 @@ impl LockConfig {
         if self.node_timeout.is_zero() {
             return Err(ConfigError::ZeroNodeTimeout);
         }
+        if self.connect_timeout.is_zero() {
+            return Err(ConfigError::ZeroConnectTimeout);
+        }
         let max_node_timeout = ttl / Self::MAX_NODE_TIMEOUT_SHARE;
         if self.node_timeout > max_node_timeout {
             return Err(ConfigError::NodeTimeoutTooLong {
@@ -283,10 +312,12 @@ impl Default for LockConfig {
             retry_jitter: Self::DEFAULT_RETRY_JITTER,
             drift_factor: Self::DEFAULT_DRIFT_FACTOR,
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             key_prefix: None,
             notify_releases: true,
             fair: true,
             fencing: false,
+            fencing_on_volatile_nodes: false,
         }
     }
 }
@@ -372,6 +403,20 @@ impl LockConfigBuilder {
     /// Sets whether each acquisition mints a fencing token.
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.config.fencing = fencing;
+        self
+    }
+
+    /// Sets whether fencing may run on nodes without an append-only file; see
+    /// [`LockConfig::fencing_on_volatile_nodes`].
+    pub fn fencing_on_volatile_nodes(mut self, allow: bool) -> Self {
+        self.config.fencing_on_volatile_nodes = allow;
+        self
+    }
+
+    /// Sets how long one attempt to connect to a node may take; see
+    /// [`LockConfig::connect_timeout`].
+    pub fn connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.config.connect_timeout = connect_timeout;
         self
     }
 

@@ -38,6 +38,9 @@ pub enum ConfigError {
     /// A zero per-node timeout would fail every command.
     #[error("the node timeout must be greater than zero")]
     ZeroNodeTimeout,
+    /// A zero connect timeout would never let a connection be made.
+    #[error("the connect timeout must be greater than zero")]
+    ZeroConnectTimeout,
     /// A slow node could consume the whole validity.
     #[error(
         "the node timeout {node_timeout:?} is not well below the TTL {ttl:?}: \

@@ -45,6 +45,13 @@ pub struct LockMetrics {
     pub node_errors: u64,
     /// Node requests that timed out.
     pub node_timeouts: u64,
+    /// Requests that no round awaited any more and that were dropped unanswered: past the
+    /// time they are driven for, or beyond the number one node may have in hand (see
+    /// docs/operations.md, "Frozen and black-holed nodes"). A steady rise means a node that
+    /// does not answer.
+    pub unawaited_dropped: u64,
+    /// Node connections given up as broken or silent, and made again.
+    pub reconnects: u64,
 }
 
 /// The live counters behind [`LockMetrics`].
@@ -60,6 +67,8 @@ pub(crate) struct Counters {
     pub(crate) lost: AtomicU64,
     pub(crate) node_errors: AtomicU64,
     pub(crate) node_timeouts: AtomicU64,
+    pub(crate) unawaited_dropped: AtomicU64,
+    pub(crate) reconnects: AtomicU64,
 }
 
 impl Counters {
@@ -81,6 +90,8 @@ impl Counters {
             lost: read(&self.lost),
             node_errors: read(&self.node_errors),
             node_timeouts: read(&self.node_timeouts),
+            unawaited_dropped: read(&self.unawaited_dropped),
+            reconnects: read(&self.reconnects),
         }
     }
 }

@@ -97,6 +97,15 @@ impl Coordinator {
         nodes: Vec<Arc<dyn LockNode>>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
+        Self::with_counters(nodes, config, Arc::default())
+    }
+
+    /// [`new`](Self::new), counting into `counters`, which the nodes may share.
+    pub(crate) fn with_counters(
+        nodes: Vec<Arc<dyn LockNode>>,
+        config: LockConfig,
+        counters: Arc<Counters>,
+    ) -> Result<Self, LockError> {
         if nodes.is_empty() {
             return Err(LockError::InvalidNode {
                 node: "(none)".to_owned(),
@@ -118,7 +127,7 @@ impl Coordinator {
         let quorum = nodes.len() / 2 + 1;
         Ok(Coordinator {
             nodes: nodes.into(),
-            counters: Arc::default(),
+            counters,
             queues: Arc::default(),
             client: LockToken::generate().as_str().into(),
             reservations: Arc::default(),

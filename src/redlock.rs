@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::config::LockConfig;
 use crate::error::LockError;
 use crate::lock::impl_distributed_lock;
-use crate::node::{LockNode, RedisNode};
+use crate::node::LockNode;
 use crate::quorum::Coordinator;
 
 /// The Redlock algorithm over N independent Redis masters: the lock survives the loss of
@@ -56,20 +56,31 @@ pub struct Redlock {
 impl Redlock {
     /// A quorum lock on the Redis servers at `urls`.
     ///
-    /// Connections are made lazily and re-made when lost, so nodes that are down now only
-    /// count as failed until they come back. Fails when a URL is malformed, when the same
-    /// server is listed twice, or when there are no URLs.
+    /// Connects to every node at once, each within the
+    /// [`connect_timeout`](LockConfig::connect_timeout), and asks each server what it is.
+    /// Fails with [`LockError::InvalidNode`] when a URL is malformed, when there are no
+    /// URLs, and when a server that answered cannot be a lock node: when two URLs reach the
+    /// same server (`localhost` and `127.0.0.1`, another database number: servers are told
+    /// apart by their `run_id`, not by URL), a replica, a Redis Cluster node, something
+    /// other than Redis, or, with fencing, a server that keeps no append-only file.
+    ///
+    /// Nodes that cannot be reached now only count as failed until they come back, and are
+    /// checked then: a server that turns out to be another node's, or a replica, still
+    /// counts as failed (and says why in a warning).
     pub async fn connect<I, S>(urls: I, config: LockConfig) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut nodes: Vec<Arc<dyn LockNode>> = Vec::new();
-        for url in urls {
-            let node = RedisNode::connect(url.as_ref(), config.node_timeout()).await?;
-            nodes.push(Arc::new(node.announce_releases(config.notify_releases())));
-        }
-        Self::from_nodes(nodes, config)
+        let counters = Arc::default();
+        let nodes = crate::node::connect_checked(urls, &config, &counters)
+            .await?
+            .into_iter()
+            .map(|node| Arc::new(node) as Arc<dyn LockNode>)
+            .collect();
+        Ok(Redlock {
+            coordinator: Arc::new(Coordinator::with_counters(nodes, config, counters)?),
+        })
     }
 
     /// A quorum lock on nodes of any kind, such as an in-memory node for tests.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::config::LockConfig;
 use crate::error::LockError;
 use crate::lock::impl_distributed_lock;
-use crate::node::{LockNode, RedisNode};
+use crate::node::LockNode;
 use crate::quorum::Coordinator;
 
 /// A lock on one Redis server: `SET key token NX PX ttl` to acquire, a Lua
@@ -36,12 +36,19 @@ pub struct RedisLock {
 }
 
 impl RedisLock {
-    /// A lock on the Redis server at `url` (connected lazily, reconnected when lost).
+    /// A lock on the Redis server at `url`, connected and checked at once as
+    /// [`Redlock::connect`](crate::Redlock::connect) does (a server that is down now counts
+    /// as failed until it comes back), and reconnected when lost.
     pub async fn connect(url: &str, config: LockConfig) -> Result<Self, LockError> {
-        let node = RedisNode::connect(url, config.node_timeout())
+        let counters = Arc::default();
+        let nodes = crate::node::connect_checked([url], &config, &counters)
             .await?
-            .announce_releases(config.notify_releases());
-        Self::from_node(Arc::new(node), config)
+            .into_iter()
+            .map(|node| Arc::new(node) as Arc<dyn LockNode>)
+            .collect();
+        Ok(RedisLock {
+            coordinator: Arc::new(Coordinator::with_counters(nodes, config, counters)?),
+        })
     }
 
     /// A lock on a node of any kind, such as an in-memory node for tests.

@@ -642,7 +642,13 @@ async fn a_reset_during_set_is_a_failure_and_the_release_still_reaches_the_node(
 async fn a_paused_holder_finds_its_lock_lost_deletes_nothing_and_its_fenced_write_fails() {
     let ttl = Duration::from_secs(1);
     let cluster = proxied(5).await;
-    let fenced = patient(ttl).to_builder().fencing(true).build().unwrap();
+    // The nodes keep no append-only file, and none restarts here.
+    let fenced = patient(ttl)
+        .to_builder()
+        .fencing(true)
+        .fencing_on_volatile_nodes(true)
+        .build()
+        .unwrap();
     let first = redlock_via(&cluster, fenced.clone()).await;
     let second = redlock_via(&cluster, fenced).await;
     // The protected resource: a record in another Redis, written only through fenced_set.
@@ -1083,6 +1089,8 @@ async fn many_clients_competing_all_finish_without_livelock() {
     let config = patient(ttl)
         .to_builder()
         .fencing(true)
+        // The nodes keep no append-only file, and none restarts here.
+        .fencing_on_volatile_nodes(true)
         .retry_count(400)
         .retry_delay(25 * MS)
         .retry_jitter(20 * MS)

@@ -372,6 +372,8 @@ async fn the_commands_status_is_the_exit_code() {
         "-r",
         "job",
         "--fencing",
+        // The test nodes keep no append-only file, and none restarts here.
+        "--fencing-on-volatile-nodes",
         "-v",
         "--",
         "sh",

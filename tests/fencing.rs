@@ -19,6 +19,8 @@ fn fenced(ttl: Duration) -> LockConfig {
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(10))
         .fencing(true)
+        // Most test nodes keep no append-only file (those that restart do).
+        .fencing_on_volatile_nodes(true)
         .build()
         .unwrap()
 }

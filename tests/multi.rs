@@ -180,7 +180,13 @@ async fn blocking_multi_acquire_waits_for_the_holder_and_bad_sets_are_rejected()
 #[tokio::test]
 async fn fencing_tokens_cover_every_resource_of_a_set() {
     let cluster = cluster(3).await;
-    let fenced = config(TTL).to_builder().fencing(true).build().unwrap();
+    // The nodes keep no append-only file, and none restarts here.
+    let fenced = config(TTL)
+        .to_builder()
+        .fencing(true)
+        .fencing_on_volatile_nodes(true)
+        .build()
+        .unwrap();
     let lock = redlock(&cluster, fenced).await;
     let single = lock.try_acquire("m").await.unwrap();
     let first = single.fencing_token().unwrap();

@@ -7,6 +7,8 @@
 //! [`try_lock`](LockNode::try_lock) ever creates a lock key, and a lock over several keys is
 //! taken or extended on one node for all of them or for none.
 
+mod identity;
+mod link;
 mod redis;
 mod releases;
 mod scripts;
@@ -23,6 +25,7 @@ use tokio::sync::broadcast;
 use crate::error::NodeError;
 use crate::token::LockToken;
 
+pub(crate) use self::redis::connect_checked;
 pub use self::redis::RedisNode;
 
 /// One independent lock node, as the lock algorithms see it.

@@ -7,27 +7,37 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ErrorKind, RedisError, RedisWrite, Script, ServerErrorKind, Value};
+use redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisWrite, Script, ServerErrorKind, Value,
+};
 
+use super::identity::{Admission, Rejection};
+use super::link::{Link, LinkSettings};
 use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
 use super::scripts::{self, DEADLINES_PREFIX, QUEUE_PREFIX, WATCHED_PREFIX};
-use super::unawaited::{Awaited, Request, Unawaited};
+use super::unawaited::{Awaited, Bounds, Keep, Request, Unawaited};
 use super::{redact_url, LockNode, QueuePlace, ReleaseWatch};
+use crate::config::LockConfig;
 use crate::error::{LockError, NodeError};
 use crate::fencing::RAISE_COUNTER_SCRIPT;
+use crate::metrics::Counters;
 use crate::token::LockToken;
 
 /// A Redis server used as a lock node.
 ///
-/// It keeps one long-lived multiplexed connection that reconnects by itself when the server
-/// goes away, so concurrent lock operations share it without a mutex and without a new TCP
-/// connection per call. The connection is made lazily: a node that is down when the lock is
-/// created counts as failed on each operation until it comes back, which is what lets a
-/// quorum lock start while a minority of its nodes is down.
+/// It keeps one long-lived multiplexed connection, so concurrent lock operations share it
+/// without a mutex and without a new TCP connection per call. The connection is checked
+/// when made (the server must be a standalone master, and no other node of the same lock
+/// may reach the same server; see [`Redlock::connect`](crate::Redlock::connect)), re-made
+/// in the background when it breaks or goes silent, and requests made while it is being
+/// made reach the server in the order they were made. A node that is down counts as
+/// failed on each operation until it comes back, which is what lets a quorum lock start
+/// while a minority of its nodes is down.
 ///
 /// Scripts run by `EVALSHA`, falling back to loading the script when the server answers
-/// `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+/// `NOSCRIPT` (after a restart or `SCRIPT FLUSH`). An unlock, an extension, a queue exit
+/// and a counter raise are each driven to their end (a script reload and one reconnect
+/// included) once started, whether or not anybody still awaits them.
 ///
 /// Releases are announced by `PUBLISH`, only when somebody waits: on
 /// `quorumlock:waiter:<client>` when the key was handed to a queued waiter of that client,
@@ -40,7 +50,7 @@ use crate::token::LockToken;
 #[derive(Clone)]
 pub struct RedisNode {
     name: String,
-    connection: ConnectionManager,
+    link: Arc<Link>,
     scripts: Arc<NodeScripts>,
     /// Whether the last request that ended had an answer from the node (see
     /// [`LockNode::sends_when_polled`]).
@@ -49,50 +59,109 @@ pub struct RedisNode {
     unawaited: Unawaited,
     releases: Arc<ReleaseListener>,
     announce_releases: bool,
+    /// What a request that timed out on the link reports.
+    request_timeout: Duration,
 }
+
+/// The timeouts a node runs with, from the lock's configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeTimeouts {
+    /// Bounds each attempt to (re)connect, the server check included.
+    pub(crate) connect: Duration,
+    /// How long one request may take (the lock's per-node timeout).
+    pub(crate) request: Duration,
+}
+
+impl NodeTimeouts {
+    /// How long a connection may leave requests unanswered, with no reply at all, before it
+    /// is given up as silent: four request timeouts (a node that misses that many rounds in
+    /// a row is not merely slow), and never under 100 ms (scheduling noise).
+    fn silence_limit(self) -> Duration {
+        self.request
+            .saturating_mul(4)
+            .max(Duration::from_millis(100))
+    }
+
+    /// How long a request nobody awaits is driven: room for one reconnect and a script
+    /// reload after it.
+    fn kept_for(self) -> Duration {
+        self.connect.saturating_add(self.request.saturating_mul(2))
+    }
+}
+
+/// How many requests nobody awaits one node may have in hand; see [`Bounds`].
+const MOST_UNAWAITED: usize = 1024;
 
 impl RedisNode {
     /// Prepares a node for `url`, without waiting for a connection.
     ///
-    /// `connect_timeout` bounds each attempt to (re)connect. Fails only when the URL is
-    /// malformed. Must be called inside a tokio runtime, which the connection's background
-    /// task runs on.
-    pub async fn connect(url: &str, connect_timeout: Duration) -> Result<Self, LockError> {
+    /// `timeout` bounds each attempt to (re)connect, and is taken as the time one request
+    /// may take. Fails only when the URL is malformed. Must be called inside a tokio
+    /// runtime, which the connection's background tasks run on.
+    pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LockError> {
+        let timeouts = NodeTimeouts {
+            connect: timeout,
+            request: timeout,
+        };
+        Self::open(url, timeouts, Arc::default(), Arc::default())
+    }
+
+    /// A node for `url` among the nodes sharing `admission`, counting into `counters`.
+    pub(crate) fn open(
+        url: &str,
+        timeouts: NodeTimeouts,
+        admission: Arc<Admission>,
+        counters: Arc<Counters>,
+    ) -> Result<Self, LockError> {
         let name = redact_url(url);
         let invalid = |err: RedisError| LockError::InvalidNode {
             node: name.clone(),
             reason: err.to_string(),
         };
         let client = redis::Client::open(url).map_err(invalid)?;
-        let releases = Arc::new(ReleaseListener::new(client.clone(), connect_timeout));
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            // Surface a dead node quickly as an error rather than hiding it behind a long
-            // reconnect loop: the lock's own retries decide when to try again, and every
-            // new command on a broken connection starts a new reconnect.
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100))
+        let releases = Arc::new(ReleaseListener::new(client.clone(), timeouts.connect));
+        let config = AsyncConnectionConfig::new()
+            // The link bounds the connection and the server check together.
+            .set_connection_timeout(None)
             // No timer per request: the coordinator bounds every call to a node by the
-            // per-node timeout (one deadline per round), and abandons it then. A timed-out
-            // response would not make the connection reconnect anyway (redis-rs reconnects
-            // on I/O errors that drop the connection, not on timeouts), so this timer cost
-            // a registration in tokio's timer wheel per request for nothing.
+            // per-node timeout (one deadline per round), and abandons it then; the link
+            // notices a connection that stopped answering.
             .set_response_timeout(None)
             // Room for bursts: a request polled while the connection's queue is full waits
             // to go out, and a late lock request left unawaited would then never go out.
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
-        let connection =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(invalid)?;
+        let settings = LinkSettings {
+            connect_timeout: timeouts.connect,
+            silence_limit: timeouts.silence_limit(),
+        };
+        let link = Link::new(
+            name.clone(),
+            client,
+            config,
+            settings,
+            admission,
+            Arc::clone(&counters),
+        );
+        let bounds = Bounds {
+            kept_for: timeouts.kept_for(),
+            most: MOST_UNAWAITED,
+        };
         Ok(RedisNode {
             name,
-            connection,
+            link: Arc::new(link),
             scripts: Arc::new(NodeScripts::new()),
             answering: Arc::new(AtomicBool::new(false)),
-            unawaited: Unawaited::start(connect_timeout),
+            unawaited: Unawaited::start(timeouts.request, bounds, counters),
             releases,
             announce_releases: true,
+            request_timeout: timeouts.request,
         })
+    }
+
+    /// Connects now and checks the server; `Err` says why the server was not taken into
+    /// use (unreachable, or refused: see [`identity`](super::identity)).
+    pub(crate) async fn check(&self) -> Result<(), Rejection> {
+        self.link.connect().await
     }
 
     /// Whether releases are announced over pub/sub and waited for (on by default). Off,
@@ -102,15 +171,21 @@ impl RedisNode {
         self
     }
 
-    /// Sends `command` and notes whether the node answered: any reply, even an error
-    /// reply, shows the connection up; a failure to reach the node shows it down. Once
-    /// sent, the command goes out even if this future is dropped (see [`Unawaited`]).
+    /// Sends `command` and notes whether the node answered. Once sent, the command goes
+    /// out even if this future is dropped (see [`Unawaited`]), while the node's patience
+    /// lasts.
     async fn query<T: redis::FromRedisValue>(&self, command: Cmd) -> redis::RedisResult<T> {
-        let mut connection = self.connection.clone();
-        let request: Request =
-            Box::pin(async move { connection.send_packed_command(&command).await });
+        let link = Arc::clone(&self.link);
+        let request: Request = Box::pin(async move { link.send(&command).await });
+        let result = self.await_request(request, Keep::WhilePatient).await;
+        Ok(redis::from_redis_value(result?)?)
+    }
+
+    /// Awaits `request`, noting whether the node answered: any reply, even an error reply,
+    /// shows the connection up; a failure to reach the node shows it down.
+    async fn await_request(&self, request: Request, keep: Keep) -> redis::RedisResult<Value> {
         // An error reply comes as a value: made an error here, as `query_async` does.
-        let result = Awaited::new(request, &self.unawaited)
+        let result = Awaited::new(request, keep, &self.unawaited)
             .await
             .and_then(Value::extract_error);
         let answered = match &result {
@@ -118,27 +193,28 @@ impl RedisNode {
             Err(err) => !is_unreachable(err),
         };
         self.answering.store(answered, Ordering::Relaxed);
-        Ok(redis::from_redis_value(result?)?)
+        result
     }
 
     /// Runs `call` and returns its integer reply, loading the script first when the node
-    /// answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`).
+    /// answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`). For the lock scripts: a
+    /// lock call dropped midway took nothing, and need not go on.
     async fn run_script(&self, call: &ScriptCall<'_>) -> Result<u64, NodeError> {
         let script = call.script;
         match self.query::<u64>(call.command()).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 script.cached.store(false, Ordering::Relaxed);
-                let mut connection = self.connection.clone();
-                script
-                    .script
-                    .load_async(&mut connection)
+                self.query::<String>(script.load())
                     .await
-                    .map_err(node_error)?;
-                let reply = self.query(call.command()).await.map_err(node_error);
+                    .map_err(|err| self.node_error(err))?;
+                let reply = self
+                    .query(call.command())
+                    .await
+                    .map_err(|err| self.node_error(err));
                 script.cached.store(reply.is_ok(), Ordering::Relaxed);
                 reply
             }
-            Err(err) => Err(node_error(err)),
+            Err(err) => Err(self.node_error(err)),
             Ok(reply) => {
                 script.cached.store(true, Ordering::Relaxed);
                 Ok(reply)
@@ -146,15 +222,50 @@ impl RedisNode {
         }
     }
 
-    /// Runs a script that is safe to repeat (compare-and-delete, compare-and-pexpire, raise
-    /// a counter), once more if the first try found the connection broken. The first command
-    /// after a reset fails without reaching the node while the connection is re-made, and
-    /// an unlock that never arrives would leave our key on that node for a whole TTL.
+    /// Runs a script that is safe to repeat (compare-and-delete, compare-and-pexpire, leave
+    /// a queue, raise a counter) to its end once started, whether or not this future is
+    /// still awaited: with a script reload when the node answers `NOSCRIPT`, and once more
+    /// when the connection broke (the first command after a reset fails while the
+    /// connection is re-made). An unlock that never arrives would leave our key on that
+    /// node for a whole TTL.
     async fn run_repeatable_script(&self, call: &ScriptCall<'_>) -> Result<u64, NodeError> {
-        match self.run_script(call).await {
-            Err(NodeError::Connection(_)) => self.run_script(call).await,
-            result => result,
-        }
+        let command = call.command();
+        let script = Arc::clone(call.script);
+        let link = Arc::clone(&self.link);
+        let request: Request = Box::pin(async move {
+            let mut reloaded = false;
+            let mut reconnected = false;
+            loop {
+                let reply = Arc::clone(&link)
+                    .send(&command)
+                    .await
+                    .and_then(Value::extract_error);
+                match reply {
+                    Err(err)
+                        if !reloaded
+                            && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        reloaded = true;
+                        script.cached.store(false, Ordering::Relaxed);
+                        Arc::clone(&link)
+                            .send(&script.load())
+                            .await
+                            .and_then(Value::extract_error)?;
+                    }
+                    Err(err) if !reconnected && is_unreachable(&err) => reconnected = true,
+                    Ok(reply) => {
+                        script.cached.store(true, Ordering::Relaxed);
+                        return Ok(reply);
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+        });
+        let reply = self
+            .await_request(request, Keep::Always)
+            .await
+            .map_err(|err| self.node_error(err))?;
+        redis::from_redis_value(reply).map_err(|err| self.node_error(err.into()))
     }
 
     /// The channel prefix the scripts announce releases on; empty when they must not.
@@ -173,12 +284,63 @@ impl RedisNode {
             command.arg(&**key);
         }
         if keys.len() == 1 {
-            let value: Option<String> = self.query(command).await.map_err(node_error)?;
+            let value: Option<String> = self
+                .query(command)
+                .await
+                .map_err(|err| self.node_error(err))?;
             Ok(vec![value])
         } else {
-            self.query(command).await.map_err(node_error)
+            self.query(command)
+                .await
+                .map_err(|err| self.node_error(err))
         }
     }
+}
+
+/// Nodes for `urls`, connected and checked at once: a server that cannot serve the lock
+/// (see [`identity`](super::identity)), or that another URL of the list reaches too, is an
+/// [`InvalidNode`](LockError::InvalidNode) error. A node that cannot be reached now is
+/// kept: it counts as failed until it comes back, and is checked then.
+pub(crate) async fn connect_checked<S: AsRef<str>>(
+    urls: impl IntoIterator<Item = S>,
+    config: &LockConfig,
+    counters: &Arc<Counters>,
+) -> Result<Vec<RedisNode>, LockError> {
+    let timeouts = NodeTimeouts {
+        connect: config.connect_timeout(),
+        request: config.node_timeout(),
+    };
+    let admission = Arc::new(Admission::new(
+        config.fencing() && !config.fencing_on_volatile_nodes(),
+    ));
+    let nodes = urls
+        .into_iter()
+        .map(|url| {
+            RedisNode::open(
+                url.as_ref(),
+                timeouts,
+                Arc::clone(&admission),
+                Arc::clone(counters),
+            )
+            .map(|node| node.announce_releases(config.notify_releases()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let checks = futures::future::join_all(nodes.iter().map(RedisNode::check)).await;
+    for (node, check) in nodes.iter().zip(checks) {
+        match check {
+            Ok(()) => {}
+            Err(Rejection::Refused(refusal)) => {
+                return Err(LockError::InvalidNode {
+                    node: node.name.clone(),
+                    reason: refusal.to_string(),
+                })
+            }
+            Err(Rejection::Failed(reason)) => {
+                tracing::warn!(node = %node.name, %reason, "node unreachable; it counts as failed until it answers");
+            }
+        }
+    }
+    Ok(nodes)
 }
 
 impl fmt::Debug for RedisNode {
@@ -197,7 +359,7 @@ impl LockNode for RedisNode {
     /// While the node answers: each request is one command (a script goes whole until the
     /// node has it), queued on the open connection when first polled.
     fn sends_when_polled(&self) -> bool {
-        self.answering.load(Ordering::Relaxed)
+        self.answering.load(Ordering::Relaxed) && self.link.is_open()
     }
 
     fn try_lock<'a>(
@@ -222,7 +384,7 @@ impl LockNode for RedisNode {
                 .arg("NX")
                 .arg("PX")
                 .arg(ttl);
-            let reply: Value = self.query(set).await.map_err(node_error)?;
+            let reply: Value = self.query(set).await.map_err(|err| self.node_error(err))?;
             match reply {
                 Value::Okay => Ok(true),
                 Value::Nil => Ok(false),
@@ -408,25 +570,26 @@ fn first_key(keys: &[Arc<str>]) -> Result<&str, NodeError> {
 
 /// The node's scripts, each with whether the node is known to have it cached.
 struct NodeScripts {
-    lock: NodeScript,
-    lock_watching: NodeScript,
-    lock_queued: NodeScript,
-    unlock: NodeScript,
-    leave_queue: NodeScript,
-    extend: NodeScript,
-    raise_counter: NodeScript,
+    lock: Arc<NodeScript>,
+    lock_watching: Arc<NodeScript>,
+    lock_queued: Arc<NodeScript>,
+    unlock: Arc<NodeScript>,
+    leave_queue: Arc<NodeScript>,
+    extend: Arc<NodeScript>,
+    raise_counter: Arc<NodeScript>,
 }
 
 impl NodeScripts {
     fn new() -> Self {
+        let script = |code| Arc::new(NodeScript::new(code));
         NodeScripts {
-            lock: NodeScript::new(scripts::LOCK),
-            lock_watching: NodeScript::new(scripts::LOCK_WATCHING),
-            lock_queued: NodeScript::new(scripts::LOCK_QUEUED),
-            unlock: NodeScript::new(scripts::UNLOCK),
-            leave_queue: NodeScript::new(scripts::LEAVE_QUEUE),
-            extend: NodeScript::new(scripts::EXTEND),
-            raise_counter: NodeScript::new(RAISE_COUNTER_SCRIPT),
+            lock: script(scripts::LOCK),
+            lock_watching: script(scripts::LOCK_WATCHING),
+            lock_queued: script(scripts::LOCK_QUEUED),
+            unlock: script(scripts::UNLOCK),
+            leave_queue: script(scripts::LEAVE_QUEUE),
+            extend: script(scripts::EXTEND),
+            raise_counter: script(RAISE_COUNTER_SCRIPT),
         }
     }
 }
@@ -452,12 +615,19 @@ impl NodeScript {
             cached: AtomicBool::new(false),
         }
     }
+
+    /// `SCRIPT LOAD` of the script, for a node that lost it.
+    fn load(&self) -> Cmd {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(self.code);
+        load
+    }
 }
 
 /// One call of a node script: the script, the lock keys, the extra keys the script takes
 /// for them, and the arguments.
 struct ScriptCall<'a> {
-    script: &'a NodeScript,
+    script: &'a Arc<NodeScript>,
     keys: &'a [Arc<str>],
     /// The lock key whose queue keys (waiters, deadlines) follow `keys`.
     queue_of: Option<&'a str>,
@@ -467,7 +637,7 @@ struct ScriptCall<'a> {
 }
 
 impl<'a> ScriptCall<'a> {
-    fn new(script: &'a NodeScript, keys: &'a [Arc<str>], args: &'a [&'a str]) -> Self {
+    fn new(script: &'a Arc<NodeScript>, keys: &'a [Arc<str>], args: &'a [&'a str]) -> Self {
         ScriptCall {
             script,
             keys,
@@ -561,12 +731,17 @@ fn is_unreachable(err: &RedisError) -> bool {
         || err.is_timeout()
 }
 
-/// Separates "could not talk to the node" from "the node said no".
-fn node_error(err: RedisError) -> NodeError {
-    if is_unreachable(&err) {
-        NodeError::Connection(err.to_string())
-    } else {
-        NodeError::Redis(err.to_string())
+impl RedisNode {
+    /// Separates "did not answer in time" and "could not talk to the node" from "the node
+    /// said no".
+    fn node_error(&self, err: RedisError) -> NodeError {
+        if err.is_timeout() {
+            NodeError::Timeout(self.request_timeout)
+        } else if is_unreachable(&err) {
+            NodeError::Connection(err.to_string())
+        } else {
+            NodeError::Redis(err.to_string())
+        }
     }
 }
 
@@ -585,7 +760,7 @@ mod tests {
 
     #[test]
     fn a_script_call_lists_the_keys_then_the_queue_and_markers_then_the_args() {
-        let script = NodeScript::new(scripts::UNLOCK);
+        let script = Arc::new(NodeScript::new(scripts::UNLOCK));
         script.cached.store(true, Ordering::Relaxed);
         let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
         let call = ScriptCall::new(&script, &keys, &["token", "channel:"])
@@ -610,7 +785,7 @@ mod tests {
 
     #[test]
     fn a_plain_script_call_has_only_the_lock_keys() {
-        let script = NodeScript::new(scripts::EXTEND);
+        let script = Arc::new(NodeScript::new(scripts::EXTEND));
         script.cached.store(true, Ordering::Relaxed);
         let keys: Vec<Arc<str>> = vec!["only".into()];
         let call = ScriptCall::new(&script, &keys, &["token", "30000"]).command();
@@ -627,7 +802,7 @@ mod tests {
 
     #[test]
     fn a_script_the_node_may_not_have_is_sent_whole() {
-        let script = NodeScript::new(scripts::EXTEND);
+        let script = Arc::new(NodeScript::new(scripts::EXTEND));
         let keys: Vec<Arc<str>> = vec!["only".into()];
         let call = ScriptCall::new(&script, &keys, &["token", "30000"]).command();
         let expected = ["EVAL", scripts::EXTEND, "1", "only", "token", "30000"];

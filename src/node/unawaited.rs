@@ -7,9 +7,14 @@
 //! reach their nodes: a late `SET` must land before the release's unlock that follows it
 //! on the same connection, and a release's last unlocks must delete the keys. Handing each
 //! such request to the node's keeper task makes that so without a task per round.
+//!
+//! The keeper is bounded (see [`Bounds`]): a node that stopped answering would otherwise
+//! collect every round's last request, without end, and receive them all at once when it
+//! answers again.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,26 +24,39 @@ use redis::{RedisResult, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::metrics::Counters;
+
 /// A request to the node, owning what it sends.
 pub(super) type Request = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send>>;
 
-/// Where one node's unawaited requests go: its keeper task, which awaits each to the end.
+/// Where one node's unawaited requests go: its keeper task, which awaits each to the end,
+/// within bounds.
 #[derive(Clone)]
 pub(super) struct Unawaited {
-    keeper: mpsc::UnboundedSender<Request>,
-    /// How long after it went out a dropped request is still handed over: a request
+    keeper: mpsc::UnboundedSender<(Instant, Request)>,
+    /// How long after it went out a dropped lock request is still handed over: a request
     /// dropped later was abandoned for its slowness, and is let go (see [`Awaited`]).
     patience: Duration,
 }
 
+/// How long the keeper awaits a request, and how many it holds at once: past either it
+/// drops them (counted), so that a node that stopped answering costs bounded memory and
+/// receives no burst of stale requests when it answers again.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    /// From when the request was handed over.
+    pub(super) kept_for: Duration,
+    pub(super) most: usize,
+}
+
 impl Unawaited {
     /// Starts the node's keeper task, which ends once every handle is gone and every
-    /// request handed to it is answered. Needs a tokio runtime; without one, requests
-    /// dropped unanswered are simply dropped (redis-rs may then skip them).
-    pub(super) fn start(patience: Duration) -> Self {
+    /// request handed to it is answered or dropped. Needs a tokio runtime; without one,
+    /// requests dropped unanswered are simply dropped (redis-rs may then skip them).
+    pub(super) fn start(patience: Duration, bounds: Bounds, counters: Arc<Counters>) -> Self {
         let (keeper, requests) = mpsc::unbounded_channel();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            drop(runtime.spawn(keep(requests)));
+            drop(runtime.spawn(keep(requests, bounds, counters)));
         }
         Unawaited { keeper, patience }
     }
@@ -46,42 +64,78 @@ impl Unawaited {
     /// Hands `request` to the keeper.
     fn keep(&self, request: Request) {
         // Refused only when the keeper is gone (the runtime shut down): nothing to do then.
-        let _ = self.keeper.send(request);
+        let _ = self.keeper.send((Instant::now(), request));
     }
 }
 
-/// The keeper: awaits every request it is handed until answered, and drops the answers.
-async fn keep(mut handed: mpsc::UnboundedReceiver<Request>) {
+/// The keeper: awaits every request it is handed until answered, for at most
+/// `bounds.kept_for` and at most `bounds.most` at once, and drops the answers.
+async fn keep(
+    mut handed: mpsc::UnboundedReceiver<(Instant, Request)>,
+    bounds: Bounds,
+    counters: Arc<Counters>,
+) {
     let mut requests = FuturesUnordered::new();
+    let drop_one = || Counters::bump(&counters.unawaited_dropped);
     loop {
         tokio::select! {
             request = handed.recv() => match request {
-                Some(request) => requests.push(request),
+                Some((handed_at, request)) => {
+                    if requests.len() >= bounds.most {
+                        drop_one();
+                        continue;
+                    }
+                    let until = handed_at.checked_add(bounds.kept_for).unwrap_or(handed_at);
+                    requests.push(tokio::time::timeout_at(until, request));
+                }
                 None => break,
             },
-            Some(_answer) = requests.next(), if !requests.is_empty() => {}
+            Some(answer) = requests.next(), if !requests.is_empty() => {
+                if answer.is_err() {
+                    drop_one();
+                }
+            }
         }
     }
-    while requests.next().await.is_some() {}
+    while let Some(answer) = requests.next().await {
+        if answer.is_err() {
+            drop_one();
+        }
+    }
+}
+
+/// Whether a request dropped unanswered is still driven to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Keep {
+    /// While the node's patience lasts: a lock request.
+    WhilePatient,
+    /// Always (within the keeper's bounds): an unlock, an extension, a queue exit, a
+    /// counter raise, whose loss would leave state behind on the node.
+    Always,
 }
 
 /// A request being awaited: if dropped once sent and before its answer, it is handed to
 /// its node's [`Unawaited`] keeper instead of being cancelled.
 ///
-/// Only while the node's patience lasts: a request dropped because it timed out (a round
-/// gave up on a slow node) is cancelled, as before, so that an overloaded node sheds the
-/// requests nobody can use instead of being sent every one of them late.
+/// A lock request only while the node's patience lasts: one dropped because it timed out (a
+/// round gave up on a slow node) is cancelled, so that an overloaded node sheds the
+/// requests nobody can use instead of being sent every one of them late. A request that
+/// undoes or keeps up state ([`Keep::Always`]) is always handed over: an unlock that a
+/// decided release, or a timed-out rollback, no longer awaits must still delete the key,
+/// with its script reload or reconnect (the request is the whole operation).
 pub(super) struct Awaited<'a> {
     request: Option<Request>,
+    keep: Keep,
     /// When it was first polled, and so queued for the writer (or waiting for a connection).
     polled: Option<Instant>,
     unawaited: &'a Unawaited,
 }
 
 impl<'a> Awaited<'a> {
-    pub(super) fn new(request: Request, unawaited: &'a Unawaited) -> Self {
+    pub(super) fn new(request: Request, keep: Keep, unawaited: &'a Unawaited) -> Self {
         Awaited {
             request: Some(request),
+            keep,
             polled: None,
             unawaited,
         }
@@ -114,7 +168,7 @@ impl Drop for Awaited<'_> {
         if let Some(request) = self.request.take() {
             // Never polled: it never went out, and nothing needs it to.
             if let Some(polled) = self.polled {
-                if polled.elapsed() < self.unawaited.patience {
+                if self.keep == Keep::Always || polled.elapsed() < self.unawaited.patience {
                     self.unawaited.keep(request);
                 }
             }

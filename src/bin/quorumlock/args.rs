@@ -102,6 +102,20 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
     pub node_timeout: Option<Duration>,
 
+    /// How long one attempt to connect to a node may take, the check of the server
+    /// included [default: 1s]
+    ///
+    /// A connection is made once per run, so it may take far longer than one command: a TLS
+    /// handshake across zones, or a start on a loaded host.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_CONNECT_TIMEOUT",
+        value_name = "DURATION",
+        value_parser = parse_duration
+    )]
+    pub connect_timeout: Option<Duration>,
+
     /// Machine-readable output: JSON on stdout for status and release, and JSON lines
     /// (events and errors) on stderr for every command.
     #[arg(long, global = true)]
@@ -178,6 +192,12 @@ pub struct RunArgs {
     /// lock) and pass it to the command as QUORUMLOCK_FENCING_TOKEN.
     #[arg(long)]
     pub fencing: bool,
+
+    /// With --fencing, use nodes that keep no append-only file anyway (refused by
+    /// default: a node restarted empty forgets its counters, and a later holder could get
+    /// an old token).
+    #[arg(long, requires = "fencing")]
+    pub fencing_on_volatile_nodes: bool,
 
     /// The signal sent to the command when the lock is lost: a name (TERM, INT, HUP,
     /// KILL, USR1, ...), a number, or "none" to let it finish (quorumlock still exits 70).

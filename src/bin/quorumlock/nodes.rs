@@ -128,6 +128,7 @@ mod tests {
             nodes: nodes.map(str::to_owned),
             key_prefix: None,
             node_timeout: None,
+            connect_timeout: None,
             json: false,
             verbose: false,
         }

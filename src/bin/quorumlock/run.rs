@@ -102,9 +102,15 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
 
 /// The lock settings of this run.
 fn lock_config(global: &GlobalArgs, args: &RunArgs) -> Result<LockConfig, CliError> {
-    let mut builder = LockConfig::builder().ttl(args.ttl).fencing(args.fencing);
+    let mut builder = LockConfig::builder()
+        .ttl(args.ttl)
+        .fencing(args.fencing)
+        .fencing_on_volatile_nodes(args.fencing_on_volatile_nodes);
     if let Some(node_timeout) = global.node_timeout {
         builder = builder.node_timeout(node_timeout);
+    }
+    if let Some(connect_timeout) = global.connect_timeout {
+        builder = builder.connect_timeout(connect_timeout);
     }
     if let Some(prefix) = &global.key_prefix {
         builder = builder.key_prefix(prefix.clone());
