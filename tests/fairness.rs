@@ -405,3 +405,97 @@ async fn no_client_starves_under_contention() {
     let least = *counts.iter().min().unwrap();
     assert!(least * 2 >= most, "a client starved: {counts:?}");
 }
+
+/// Acquires and releases `resource` with `lock` in a loop until `stop` is set; returns how
+/// many times it got the lock.
+fn spawn_looper(lock: &Redlock, resource: &'static str, stop: Arc<AtomicBool>) -> JoinHandle<u32> {
+    let lock = lock.clone();
+    tokio::spawn(async move {
+        let mut acquisitions = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let guard = lock.acquire(resource).await.expect("the looper's acquire");
+            acquisitions += 1;
+            guard.release().await.expect("the looper's release");
+        }
+        acquisitions
+    })
+}
+
+/// How many times `lock` acquires and releases `resource` within `window`.
+async fn acquisitions_within(lock: &Redlock, resource: &'static str, window: Duration) -> u32 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let looper = spawn_looper(lock, resource, Arc::clone(&stop));
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::SeqCst);
+    looper.await.expect("the looper's task")
+}
+
+/// A waiter for `[a, b]` while `b` is held cannot use `a`: releases of `a` must go to
+/// those who can, at the rate `a` is used without it, and the waiter must still get both
+/// soon after `b` is released, although `a` keeps being taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_several_keys_does_not_throttle_a_key_it_cannot_use_yet() {
+    const WINDOW: Duration = Duration::from_secs(2);
+    let cluster = cluster(3).await;
+    let direct = Nodes::of(&cluster).await;
+    let user_of_a = redlock(&cluster, patient()).await;
+    let holder_of_b = redlock(&cluster, patient()).await;
+    let waiter = redlock(&cluster, patient()).await;
+
+    let alone = acquisitions_within(&user_of_a, "a", WINDOW).await;
+
+    let held = holder_of_b.try_acquire("b").await.unwrap();
+    let both = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let guard = waiter
+                .acquire_many(&["a", "b"])
+                .await
+                .expect("acquire [a, b]");
+            (Instant::now(), guard)
+        })
+    };
+    eventually(
+        "the waiter for [a, b] in line on every node",
+        SERVED_WITHIN,
+        || async {
+            let queued: Vec<usize> = direct
+                .each(&[
+                    "EVAL",
+                    "return redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])",
+                    "2",
+                    "quorumlock:waiters:a",
+                    "quorumlock:waiters:b",
+                ])
+                .await;
+            queued.iter().all(|&waiters| waiters == 1)
+        },
+    )
+    .await;
+    let beside_the_waiter = acquisitions_within(&user_of_a, "a", WINDOW).await;
+    println!("acquisitions of a in {WINDOW:?}: {alone} alone, {beside_the_waiter} beside the waiter for [a, b]");
+    assert!(
+        beside_the_waiter * 2 >= alone,
+        "the waiter for [a, b] throttled a: {beside_the_waiter} acquisitions in {WINDOW:?}, {alone} without it"
+    );
+
+    // Released while a is still in heavy use: the waiter gets both nonetheless.
+    let stop = Arc::new(AtomicBool::new(false));
+    let looper = spawn_looper(&user_of_a, "a", Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (got_both, guard) = tokio::time::timeout(SERVED_WITHIN, both)
+        .await
+        .expect("the waiter for [a, b] was never served")
+        .expect("the waiter's task");
+    let took = got_both - released;
+    println!("the waiter for [a, b] got both {took:?} after b was released");
+    assert!(
+        took < Duration::from_secs(1),
+        "the waiter for [a, b] got both only {took:?} after b was released"
+    );
+    guard.release().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    assert!(looper.await.expect("the looper's task") > 0);
+}
