@@ -7,7 +7,7 @@
 //! | key | type | what |
 //! |---|---|---|
 //! | `<key>` | string | the lock: the holder's token, with the lock's TTL; or `quorumlock:reserved:<waiter>`, a key released to the first waiter in line, until that waiter's place would lapse |
-//! | `quorumlock:waiters:<key>` | sorted set | the queue of `<key>`: waiter ids scored by ticket |
+//! | `quorumlock:waiters:<key>` | sorted set | the queue of `<key>`: waiter ids scored by ticket; a waiter for several keys is in the queue of the one it is blocked on |
 //! | `quorumlock:waiter-deadlines:<key>` | hash | when each waiter's place lapses, in the node's milliseconds |
 //! | `quorumlock:watched:<key>` | string | present while some waiter that races for `<key>` (not queued) wants its releases announced |
 //!
