@@ -300,7 +300,8 @@ mod tests {
 
     #[test]
     fn the_scripts_use_the_channels_the_listener_subscribes_to() {
-        // The scripts that free a key announce it; queueing never does.
+        // The scripts that free a key announce it: queueing for several keys frees the
+        // keys reserved for the waiter that it cannot use yet.
         for script in [UNLOCK, LEAVE_QUEUE, LOCK_QUEUED_MANY] {
             assert!(script.contains(&format!("\"{WAITER_CHANNEL_PREFIX}\" .. client")));
         }
