@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{cluster, eventually, raw_connection, redlock, retrying};
+use common::{cluster, eventually, raw_connection, redlock, retrying, TTL};
 use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, LockGuard, Redlock};
 use redis::aio::MultiplexedConnection;
@@ -185,11 +185,7 @@ async fn gave_its_place_back(nodes: &Nodes, held: LockGuard, waiter: &Redlock) {
 /// Starts a blocking acquire of [`RESOURCE`] in the background; it answers when it got the
 /// lock, and the guard.
 fn spawn_waiter(lock: &Redlock) -> JoinHandle<(Instant, LockGuard)> {
-    let lock = lock.clone();
-    tokio::spawn(async move {
-        let guard = lock.acquire(RESOURCE).await.expect("the waiter's acquire");
-        (Instant::now(), guard)
-    })
+    spawn_acquire_of(lock, RESOURCE)
 }
 
 /// Waits for a waiter started by [`spawn_waiter`] to get the lock.
@@ -404,4 +400,248 @@ async fn no_client_starves_under_contention() {
     let most = *counts.iter().max().unwrap();
     let least = *counts.iter().min().unwrap();
     assert!(least * 2 >= most, "a client starved: {counts:?}");
+}
+
+/// Acquires and releases `resource` with `lock` in a loop until `stop` is set; returns how
+/// many times it got the lock.
+fn spawn_looper(lock: &Redlock, resource: &'static str, stop: Arc<AtomicBool>) -> JoinHandle<u32> {
+    let lock = lock.clone();
+    tokio::spawn(async move {
+        let mut acquisitions = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let guard = lock.acquire(resource).await.expect("the looper's acquire");
+            acquisitions += 1;
+            guard.release().await.expect("the looper's release");
+        }
+        acquisitions
+    })
+}
+
+/// How many times `lock` acquires and releases `resource` within `window`.
+async fn acquisitions_within(lock: &Redlock, resource: &'static str, window: Duration) -> u32 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let looper = spawn_looper(lock, resource, Arc::clone(&stop));
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::SeqCst);
+    looper.await.expect("the looper's task")
+}
+
+/// A waiter for `[a, b]` while `b` is held cannot use `a`: releases of `a` must go to
+/// those who can, at the rate `a` is used without it, and the waiter must still get both
+/// soon after `b` is released, although `a` keeps being taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_several_keys_does_not_throttle_a_key_it_cannot_use_yet() {
+    const WINDOW: Duration = Duration::from_secs(2);
+    let cluster = cluster(3).await;
+    let direct = Nodes::of(&cluster).await;
+    let user_of_a = redlock(&cluster, patient()).await;
+    let holder_of_b = redlock(&cluster, patient()).await;
+    let waiter = redlock(&cluster, patient()).await;
+
+    let alone = acquisitions_within(&user_of_a, "a", WINDOW).await;
+
+    let held = holder_of_b.try_acquire("b").await.unwrap();
+    let both = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let guard = waiter
+                .acquire_many(&["a", "b"])
+                .await
+                .expect("acquire [a, b]");
+            (Instant::now(), guard)
+        })
+    };
+    eventually(
+        "the waiter for [a, b] in line on every node",
+        SERVED_WITHIN,
+        || async {
+            let queued: Vec<usize> = direct
+                .each(&[
+                    "EVAL",
+                    "return redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])",
+                    "2",
+                    "quorumlock:waiters:a",
+                    "quorumlock:waiters:b",
+                ])
+                .await;
+            queued.iter().all(|&waiters| waiters == 1)
+        },
+    )
+    .await;
+    let beside_the_waiter = acquisitions_within(&user_of_a, "a", WINDOW).await;
+    println!("acquisitions of a in {WINDOW:?}: {alone} alone, {beside_the_waiter} beside the waiter for [a, b]");
+    assert!(
+        beside_the_waiter * 2 >= alone,
+        "the waiter for [a, b] throttled a: {beside_the_waiter} acquisitions in {WINDOW:?}, {alone} without it"
+    );
+
+    // Released while a is still in heavy use: the waiter gets both nonetheless.
+    let stop = Arc::new(AtomicBool::new(false));
+    let looper = spawn_looper(&user_of_a, "a", Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (got_both, guard) = tokio::time::timeout(SERVED_WITHIN, both)
+        .await
+        .expect("the waiter for [a, b] was never served")
+        .expect("the waiter's task");
+    let took = got_both - released;
+    println!("the waiter for [a, b] got both {took:?} after b was released");
+    assert!(
+        took < Duration::from_secs(1),
+        "the waiter for [a, b] got both only {took:?} after b was released"
+    );
+    guard.release().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    assert!(looper.await.expect("the looper's task") > 0);
+}
+
+/// How many waiters each node's queue of `key` holds.
+async fn queued_for(nodes: &Nodes, key: &str) -> Vec<usize> {
+    nodes
+        .each(&["ZCARD", &format!("quorumlock:waiters:{key}")])
+        .await
+}
+
+/// Nodes may disagree on which key a waiter for several keys is blocked on, so it may be
+/// queued under another key on each node; when it gives up, it leaves every queue.
+#[tokio::test]
+async fn a_dropped_waiter_for_several_keys_leaves_every_queue() {
+    let cluster = cluster(3).await;
+    let nodes = Nodes::of(&cluster).await;
+    // `a` is held on node 0 only (say, what is left of a failed attempt), `b` everywhere.
+    cluster
+        .node(0)
+        .set("a", "foreign", Some(TTL))
+        .await
+        .unwrap();
+    let holder = redlock(&cluster, patient()).await;
+    let held = holder.try_acquire("b").await.unwrap();
+    let waiter = redlock(&cluster, long_lived_places()).await;
+
+    let in_line = async {
+        eventually(
+            "in a's queue on node 0, in b's on the others",
+            SERVED_WITHIN,
+            || async {
+                queued_for(&nodes, "a").await == [1, 0, 0]
+                    && queued_for(&nodes, "b").await == [0, 1, 1]
+            },
+        )
+        .await;
+    };
+    let (outcome, ()) = tokio::join!(
+        tokio::time::timeout(Duration::from_millis(600), waiter.acquire_many(&["a", "b"])),
+        in_line,
+    );
+    assert!(outcome.is_err(), "the waiter got a held lock: {outcome:?}");
+
+    // Gone from both queues everywhere, well before its places (2.3 s) would lapse.
+    eventually("no waiter in any queue", Duration::from_secs(1), || async {
+        queued_for(&nodes, "a").await == [0, 0, 0] && queued_for(&nodes, "b").await == [0, 0, 0]
+    })
+    .await;
+    held.release().await.unwrap();
+    let free: Vec<Option<String>> = nodes.each(&["GET", "b"]).await;
+    assert_eq!(
+        free,
+        [None, None, None],
+        "b reserved for a waiter that left"
+    );
+}
+
+/// A release reserved for a waiter for several keys that cannot use it (another of its
+/// keys is held) goes on to the next in line at once, not when the waiter's place lapses.
+#[tokio::test]
+async fn a_reservation_a_waiter_for_several_keys_cannot_use_goes_on_at_once() {
+    let cluster = cluster(3).await;
+    let nodes = Nodes::of(&cluster).await;
+    let holder = redlock(&cluster, long_lived_places()).await;
+    let held_a = holder.try_acquire("a").await.unwrap();
+    let waiter = redlock(&cluster, long_lived_places()).await;
+    let both = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.acquire_many(&["a", "b"]).await })
+    };
+    // `b` is free, so the waiter is in line for `a`, the key it is blocked on.
+    eventually(
+        "the waiter for [a, b] in a's queue",
+        SERVED_WITHIN,
+        || async { queued_for(&nodes, "a").await == [1, 1, 1] },
+    )
+    .await;
+    let held_b = holder.try_acquire("b").await.unwrap();
+    let user_of_a = spawn_acquire_of(&redlock(&cluster, long_lived_places()).await, "a");
+    eventually("a second waiter in a's queue", SERVED_WITHIN, || async {
+        queued_for(&nodes, "a").await == [2, 2, 2]
+    })
+    .await;
+
+    let released = Instant::now();
+    held_a.release().await.unwrap();
+    let (got_a, guard) = served(user_of_a).await;
+    // A reservation left to lapse would last up to the waiter's place lifetime, 2.3 s.
+    let took = got_a - released;
+    assert!(
+        took < Duration::from_secs(1),
+        "a went on only after {took:?}"
+    );
+    // Meanwhile the waiter for [a, b] moved to the line of `b`, which blocks it now.
+    eventually(
+        "the waiter for [a, b] in b's queue",
+        SERVED_WITHIN,
+        || async {
+            queued_for(&nodes, "b").await == [1, 1, 1] && queued_for(&nodes, "a").await == [0, 0, 0]
+        },
+    )
+    .await;
+
+    guard.release().await.unwrap();
+    held_b.release().await.unwrap();
+    let both = tokio::time::timeout(SERVED_WITHIN, both)
+        .await
+        .expect("the waiter for [a, b] was never served")
+        .expect("the waiter's task")
+        .expect("the waiter's acquire");
+    both.release().await.unwrap();
+}
+
+/// The release of a lock over several keys hands each key to the first waiter in its own
+/// line, not only the first key.
+#[tokio::test]
+async fn a_release_of_several_keys_hands_each_to_its_own_line() {
+    // Waiters that retry only every second: a waiter served sooner was handed the key.
+    let slow = retrying(10_000, Duration::from_secs(1), Duration::ZERO);
+    let cluster = cluster(3).await;
+    let nodes = Nodes::of(&cluster).await;
+    let holder = redlock(&cluster, slow.clone()).await;
+    let held = holder.try_acquire_many(&["a", "b"]).await.unwrap();
+    let waiter_a = spawn_acquire_of(&redlock(&cluster, slow.clone()).await, "a");
+    let waiter_b = spawn_acquire_of(&redlock(&cluster, slow).await, "b");
+    eventually("a waiter in each queue", SERVED_WITHIN, || async {
+        queued_for(&nodes, "a").await == [1, 1, 1] && queued_for(&nodes, "b").await == [1, 1, 1]
+    })
+    .await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    for waiter in [waiter_a, waiter_b] {
+        let (got_it, guard) = served(waiter).await;
+        let took = got_it - released;
+        assert!(
+            took < Duration::from_millis(500),
+            "served {took:?} after the release"
+        );
+        guard.release().await.unwrap();
+    }
+}
+
+/// Starts a blocking acquire of `resource` in the background; it answers when it got the
+/// lock, and the guard.
+fn spawn_acquire_of(lock: &Redlock, resource: &'static str) -> JoinHandle<(Instant, LockGuard)> {
+    let lock = lock.clone();
+    tokio::spawn(async move {
+        let guard = lock.acquire(resource).await.expect("the waiter's acquire");
+        (Instant::now(), guard)
+    })
 }

@@ -134,8 +134,10 @@ pub trait LockNode: Send + Sync + fmt::Debug {
     }
 
     /// Like [`try_lock`](Self::try_lock), for a waiter that keeps a `place` in the node's
-    /// queue of `keys[0]`: the keys may also be taken when the node reserved them for this
-    /// waiter, and when the node refuses, the waiter is queued (or its place refreshed).
+    /// queue of one of `keys`, the one it is blocked on (held, or reserved for another
+    /// waiter): the keys may also be taken when the node reserved them for this waiter, and
+    /// when the node refuses, the waiter is queued (or its place refreshed or moved), and a
+    /// key reserved for it that it cannot use yet goes to the next in that key's line.
     ///
     /// A node with a queue reserves a released key for the first live waiter in line, so
     /// that waiters get the lock in the order they came (see [`QueuePlace`]). The default
@@ -151,9 +153,9 @@ pub trait LockNode: Send + Sync + fmt::Debug {
         self.try_lock(keys, token, ttl)
     }
 
-    /// Removes `waiter` from the queue of `keys[0]`, and hands a reservation it had on the
-    /// key to the next waiter: for a waiter that gave up or won the lock elsewhere. The
-    /// default (no queue) does nothing.
+    /// Removes `waiter` from the queue of each of `keys`, and hands each reservation it had
+    /// to the next waiter in that key's line: for a waiter that gave up or won the lock
+    /// elsewhere. The default (no queue) does nothing.
     fn leave_queue<'a>(
         &'a self,
         keys: &'a [Arc<str>],

@@ -402,10 +402,12 @@ impl LockNode for RedisNode {
         token: &'a LockToken,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
+            if keys.is_empty() {
+                return Err(no_keys());
+            }
             let args = [token.as_str(), self.channel_prefix()];
-            let queue_of = first_key(keys)?;
             let call = ScriptCall::new(&self.scripts.unlock, keys, &args)
-                .with_queue_of(queue_of)
+                .with_queues_of(keys)
                 .with_markers_of(keys);
             let all = self.run_repeatable_script(&call).await?;
             Ok(all == 1)
@@ -479,16 +481,28 @@ impl LockNode for RedisNode {
         place: &'a QueuePlace,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
         async move {
+            let ttl = millis(ttl).to_string();
+            let ticket = place.ticket.to_string();
+            let lifetime = millis(place.lifetime).max(1).to_string();
             let args = [
                 token.as_str(),
-                &millis(ttl).to_string(),
+                &ttl,
                 place.waiter.as_str(),
-                &place.ticket.to_string(),
-                &millis(place.lifetime).max(1).to_string(),
+                &ticket,
+                &lifetime,
+                self.channel_prefix(),
             ];
-            let queue_of = first_key(keys)?;
-            let call =
-                ScriptCall::new(&self.scripts.lock_queued, keys, &args).with_queue_of(queue_of);
+            // A waiter for several keys may move between their queues and pass on a key
+            // reserved for it, so it needs every key's queue and marker, and the channel
+            // prefix to announce what it passes on.
+            let call = match keys {
+                [] => return Err(no_keys()),
+                [_] => ScriptCall::new(&self.scripts.lock_queued, keys, &args[..5])
+                    .with_queues_of(keys),
+                _ => ScriptCall::new(&self.scripts.lock_queued_many, keys, &args)
+                    .with_queues_of(keys)
+                    .with_markers_of(keys),
+            };
             let taken = self.run_script(&call).await?;
             Ok(taken == 1)
         }
@@ -526,13 +540,14 @@ impl LockNode for RedisNode {
         waiter: &'a LockToken,
     ) -> BoxFuture<'a, Result<(), NodeError>> {
         async move {
-            // The script takes the first lock key, its queue keys and its marker only.
-            let first = &keys[..1.min(keys.len())];
+            if keys.is_empty() {
+                return Err(no_keys());
+            }
+            // A waiter for several keys may be queued under any of them.
             let args = [waiter.as_str(), self.channel_prefix()];
-            let queue_of = first_key(keys)?;
-            let call = ScriptCall::new(&self.scripts.leave_queue, first, &args)
-                .with_queue_of(queue_of)
-                .with_markers_of(first);
+            let call = ScriptCall::new(&self.scripts.leave_queue, keys, &args)
+                .with_queues_of(keys)
+                .with_markers_of(keys);
             self.run_repeatable_script(&call).await.map(drop)
         }
         .boxed()
@@ -561,11 +576,9 @@ impl LockNode for RedisNode {
     }
 }
 
-/// The key whose queue a lock over `keys` uses; an error (not a panic) for no keys.
-fn first_key(keys: &[Arc<str>]) -> Result<&str, NodeError> {
-    keys.first()
-        .map(|key| &**key)
-        .ok_or_else(|| NodeError::Redis("a lock needs at least one key".to_owned()))
+/// The error for a script call without keys, which a lock never makes.
+fn no_keys() -> NodeError {
+    NodeError::Redis("a lock needs at least one key".to_owned())
 }
 
 /// The node's scripts, each with whether the node is known to have it cached.
@@ -573,6 +586,7 @@ struct NodeScripts {
     lock: Arc<NodeScript>,
     lock_watching: Arc<NodeScript>,
     lock_queued: Arc<NodeScript>,
+    lock_queued_many: Arc<NodeScript>,
     unlock: Arc<NodeScript>,
     leave_queue: Arc<NodeScript>,
     extend: Arc<NodeScript>,
@@ -586,6 +600,7 @@ impl NodeScripts {
             lock: script(scripts::LOCK),
             lock_watching: script(scripts::LOCK_WATCHING),
             lock_queued: script(scripts::LOCK_QUEUED),
+            lock_queued_many: script(scripts::LOCK_QUEUED_MANY),
             unlock: script(scripts::UNLOCK),
             leave_queue: script(scripts::LEAVE_QUEUE),
             extend: script(scripts::EXTEND),
@@ -629,8 +644,8 @@ impl NodeScript {
 struct ScriptCall<'a> {
     script: &'a Arc<NodeScript>,
     keys: &'a [Arc<str>],
-    /// The lock key whose queue keys (waiters, deadlines) follow `keys`.
-    queue_of: Option<&'a str>,
+    /// The lock keys whose queue keys (waiters and deadlines of each) follow `keys`.
+    queues_of: &'a [Arc<str>],
     /// The lock keys whose watch markers follow the queue keys.
     markers_of: &'a [Arc<str>],
     args: &'a [&'a str],
@@ -641,14 +656,14 @@ impl<'a> ScriptCall<'a> {
         ScriptCall {
             script,
             keys,
-            queue_of: None,
+            queues_of: &[],
             markers_of: &[],
             args,
         }
     }
 
-    fn with_queue_of(mut self, key: &'a str) -> Self {
-        self.queue_of = Some(key);
+    fn with_queues_of(mut self, keys: &'a [Arc<str>]) -> Self {
+        self.queues_of = keys;
         self
     }
 
@@ -665,18 +680,18 @@ impl<'a> ScriptCall<'a> {
         let ScriptCall {
             script,
             keys,
-            queue_of,
+            queues_of,
             markers_of,
             args,
         } = *self;
-        let queue_keys = if queue_of.is_some() { 2 } else { 0 };
-        let key_count = keys.len() + queue_keys + markers_of.len();
+        let key_count = keys.len() + 2 * queues_of.len() + markers_of.len();
         let key_bytes = |keys: &[Arc<str>]| keys.iter().map(|key| key.len()).sum::<usize>();
         let cached = script.cached.load(Ordering::Relaxed);
         let bytes = 64
             + if cached { 0 } else { script.code.len() }
             + key_bytes(keys)
-            + queue_of.map_or(0, |key| 2 * key.len() + 48)
+            + 2 * key_bytes(queues_of)
+            + queues_of.len() * (QUEUE_PREFIX.len() + DEADLINES_PREFIX.len())
             + key_bytes(markers_of)
             + markers_of.len() * WATCHED_PREFIX.len()
             + args.iter().map(|arg| arg.len()).sum::<usize>();
@@ -690,7 +705,7 @@ impl<'a> ScriptCall<'a> {
         for key in keys {
             call.arg(&**key);
         }
-        if let Some(key) = queue_of {
+        for key in queues_of {
             write_prefixed_arg(&mut call, QUEUE_PREFIX, key);
             write_prefixed_arg(&mut call, DEADLINES_PREFIX, key);
         }
@@ -764,17 +779,19 @@ mod tests {
         script.cached.store(true, Ordering::Relaxed);
         let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
         let call = ScriptCall::new(&script, &keys, &["token", "channel:"])
-            .with_queue_of("a")
+            .with_queues_of(&keys)
             .with_markers_of(&keys)
             .command();
         let expected = [
             "EVALSHA",
             script.script.get_hash(),
-            "6",
+            "8",
             "a",
             "b",
             "quorumlock:waiters:a",
             "quorumlock:waiter-deadlines:a",
+            "quorumlock:waiters:b",
+            "quorumlock:waiter-deadlines:b",
             "quorumlock:watched:a",
             "quorumlock:watched:b",
             "token",

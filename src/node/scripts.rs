@@ -7,7 +7,7 @@
 //! | key | type | what |
 //! |---|---|---|
 //! | `<key>` | string | the lock: the holder's token, with the lock's TTL; or `quorumlock:reserved:<waiter>`, a key released to the first waiter in line, until that waiter's place would lapse |
-//! | `quorumlock:waiters:<key>` | sorted set | the queue of `<key>`: waiter ids scored by ticket |
+//! | `quorumlock:waiters:<key>` | sorted set | the queue of `<key>`: waiter ids scored by ticket; a waiter for several keys is in the queue of the one it is blocked on |
 //! | `quorumlock:waiter-deadlines:<key>` | hash | when each waiter's place lapses, in the node's milliseconds |
 //! | `quorumlock:watched:<key>` | string | present while some waiter that races for `<key>` (not queued) wants its releases announced |
 //!
@@ -123,10 +123,11 @@ end
 return 1
 "#;
 
-/// As [`LOCK`], for a queued waiter: a key reserved for this waiter counts as free. When
-/// refused, the waiter is queued at its ticket, or its place refreshed.
+/// As [`LOCK`], for a queued waiter for one key: the key reserved for this waiter counts as
+/// free. When refused, the waiter is queued at its ticket, or its place refreshed. (Several
+/// keys go through [`LOCK_QUEUED_MANY`].)
 ///
-/// KEYS: the lock keys, then the first key's queue and deadlines. ARGV: token, TTL in ms,
+/// KEYS: the lock key, then its queue and deadlines. ARGV: token, TTL in ms,
 /// waiter id, ticket, place lifetime in ms.
 pub(super) const LOCK_QUEUED: &str = concat!(
     queue_lua!(),
@@ -157,31 +158,91 @@ return 1
 "#
 );
 
-/// Deletes each key that still holds our token; the first is handed to the next waiter in
-/// its queue, if any. A release is announced (none when ARGV[2] is empty) only when
+/// As [`LOCK_QUEUED`], for a waiter for several keys. It queues under the key it is
+/// blocked on (held by a token, or reserved for another waiter), so that the releases of
+/// its other keys go to waiters who can use them: it stays in the queue it is in while
+/// that key is still blocked, else moves to the first blocked key. A key reserved for it
+/// that it cannot use yet (another key is blocked) goes at once to the next in that key's
+/// line, as when leaving the queue, rather than sitting reserved until its place lapses.
+/// Taking the keys leaves every queue.
+///
+/// KEYS: the n lock keys, each key's queue and deadlines (in the keys' order), then each
+/// key's watch marker. ARGV: token, TTL in ms, waiter id, ticket, place lifetime in ms,
+/// channel prefix.
+pub(super) const LOCK_QUEUED_MANY: &str = concat!(
+    queue_lua!(),
+    pass_on_lua!(),
+    r#"
+local n = #KEYS / 4
+local waiter = ARGV[3]
+local mine = RESERVED .. waiter
+local blocked, stay
+for i = 1, n do
+    local value = redis.call("GET", KEYS[i])
+    if value and value ~= mine then
+        blocked = blocked or i
+        if not stay and redis.call("ZSCORE", KEYS[n + 2 * i - 1], waiter) then
+            stay = i
+        end
+    end
+end
+if blocked then
+    local at = stay or blocked
+    for i = 1, n do
+        if i ~= at then
+            redis.call("ZREM", KEYS[n + 2 * i - 1], waiter)
+            redis.call("HDEL", KEYS[n + 2 * i], waiter)
+        end
+    end
+    local queue, deadlines = KEYS[n + 2 * at - 1], KEYS[n + 2 * at]
+    local lifetime = tonumber(ARGV[5])
+    redis.call("ZADD", queue, ARGV[4], waiter)
+    redis.call("HSET", deadlines, waiter, now_ms() + lifetime)
+    for _, key in ipairs({queue, deadlines}) do
+        if redis.call("PTTL", key) < lifetime then
+            redis.call("PEXPIRE", key, lifetime)
+        end
+    end
+    for i = 1, n do
+        if redis.call("GET", KEYS[i]) == mine then
+            redis.call("DEL", KEYS[i])
+            pass_on(KEYS[i], KEYS[n + 2 * i - 1], KEYS[n + 2 * i], KEYS[3 * n + i], ARGV[6])
+        end
+    end
+    return 0
+end
+for i = 1, n do
+    redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
+    redis.call("ZREM", KEYS[n + 2 * i - 1], waiter)
+    redis.call("HDEL", KEYS[n + 2 * i], waiter)
+end
+return 1
+"#
+);
+
+/// Deletes each key that still holds our token, and hands each to the next waiter in its
+/// own queue, if any. A release is announced (none when ARGV[2] is empty) only when
 /// somebody waits: a hand-off on the waiter's client channel, else on the channel
 /// ARGV[2] .. key while the key's watch marker exists. The common, uncontended release
 /// costs three commands: `GET`, `DEL`, and one `EXISTS` of the queue and the marker.
 /// Returns 1 only if every key was ours.
 ///
-/// KEYS: the n lock keys, the first key's queue and deadlines, then the n keys' watch
-/// markers. ARGV: token, channel prefix.
+/// KEYS: the n lock keys, each key's queue and deadlines (in the keys' order), then the n
+/// keys' watch markers; for one key, the key, its queue, its deadlines and its marker.
+/// ARGV: token, channel prefix.
 pub(super) const UNLOCK: &str = concat!(
     queue_lua!(),
     pass_on_lua!(),
     r#"
-local n = (#KEYS - 2) / 2
+local n = #KEYS / 4
 local all = 1
 for i = 1, n do
     local key = KEYS[i]
     if redis.call("GET", key) == ARGV[1] then
         redis.call("DEL", key)
-        if i == 1 then
-            if redis.call("EXISTS", KEYS[n + 1], KEYS[n + 3]) > 0 then
-                pass_on(key, KEYS[n + 1], KEYS[n + 2], KEYS[n + 3], ARGV[2])
-            end
-        elseif ARGV[2] ~= "" and redis.call("EXISTS", KEYS[n + 2 + i]) == 1 then
-            redis.call("PUBLISH", ARGV[2] .. key, "")
+        local queue, watched = KEYS[n + 2 * i - 1], KEYS[3 * n + i]
+        if redis.call("EXISTS", queue, watched) > 0 then
+            pass_on(key, queue, KEYS[n + 2 * i], watched, ARGV[2])
         end
     else
         all = 0
@@ -191,19 +252,26 @@ return all
 "#
 );
 
-/// Removes a waiter from the queue; a key reserved for it goes to the next in line.
+/// Removes a waiter from the queue of each key; a key reserved for it goes to the next in
+/// that key's line. A waiter for several keys may be queued under any of them, and on
+/// each node under another one.
 ///
-/// KEYS: the lock key, its queue, its deadlines, its watch marker. ARGV: waiter id,
-/// channel prefix.
+/// KEYS: as for [`UNLOCK`]: the lock keys, each one's queue and deadlines, each one's
+/// watch marker. ARGV: waiter id, channel prefix.
 pub(super) const LEAVE_QUEUE: &str = concat!(
     queue_lua!(),
     pass_on_lua!(),
     r#"
-redis.call("ZREM", KEYS[2], ARGV[1])
-redis.call("HDEL", KEYS[3], ARGV[1])
-if redis.call("GET", KEYS[1]) == RESERVED .. ARGV[1] then
-    redis.call("DEL", KEYS[1])
-    pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2])
+local n = #KEYS / 4
+local mine = RESERVED .. ARGV[1]
+for i = 1, n do
+    local key, queue, deadlines = KEYS[i], KEYS[n + 2 * i - 1], KEYS[n + 2 * i]
+    redis.call("ZREM", queue, ARGV[1])
+    redis.call("HDEL", deadlines, ARGV[1])
+    if redis.call("GET", key) == mine then
+        redis.call("DEL", key)
+        pass_on(key, queue, deadlines, KEYS[3 * n + i], ARGV[2])
+    end
 end
 return 1
 "#
@@ -232,8 +300,9 @@ mod tests {
 
     #[test]
     fn the_scripts_use_the_channels_the_listener_subscribes_to() {
-        // The scripts that free a key announce it; queueing never does.
-        for script in [UNLOCK, LEAVE_QUEUE] {
+        // The scripts that free a key announce it: queueing for several keys frees the
+        // keys reserved for the waiter that it cannot use yet.
+        for script in [UNLOCK, LEAVE_QUEUE, LOCK_QUEUED_MANY] {
             assert!(script.contains(&format!("\"{WAITER_CHANNEL_PREFIX}\" .. client")));
         }
     }
