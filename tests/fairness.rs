@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{cluster, eventually, raw_connection, redlock, retrying};
+use common::{cluster, eventually, raw_connection, redlock, TTL};
 use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, LockGuard, Redlock};
 use redis::aio::MultiplexedConnection;
@@ -31,21 +31,27 @@ const RESERVED: &str = "quorumlock:reserved:";
 const SERVED_WITHIN: Duration = Duration::from_secs(10);
 
 /// A blocking acquire that never runs out of retries, with the default delay and jitter:
-/// its queue place lasts 2 * 300 + 4 * 50 + 100 = 900 ms without a refresh.
+/// its queue place lasts 2 * 300 + 4 * 50 + 100 = 900 ms without a refresh. So many
+/// retries need a deadline; no passing test comes near it.
 fn patient() -> LockConfig {
-    retrying(
-        10_000,
-        LockConfig::DEFAULT_RETRY_DELAY,
-        LockConfig::DEFAULT_RETRY_JITTER,
-    )
+    LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(10_000)
+        .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
+        .build()
+        .unwrap()
 }
 
 /// Retries every 100 ms, but with a place that lasts 2 * 100 + 4 * 500 + 100 = 2.3 s: a
 /// place that is gone well before that was given back, not left to lapse.
 fn long_lived_places() -> LockConfig {
-    retrying(10_000, Duration::from_millis(100), Duration::ZERO)
-        .to_builder()
+    LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(10_000)
+        .retry_delay(Duration::from_millis(100))
+        .retry_jitter(Duration::ZERO)
         .node_timeout(Duration::from_millis(500))
+        .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
         .build()
         .unwrap()
 }
