@@ -27,14 +27,14 @@ use crate::resource::Resources;
 /// | [`notify_releases`](Self::notify_releases) | `true` | releases are announced over pub/sub, and blocking acquires wait for them |
 /// | [`fair`](Self::fair) | `true` | blocking acquires of a contended lock queue on the nodes and get it first come, first served |
 /// | [`fencing`](Self::fencing) | `false` | every acquisition mints a fencing token (two more rounds) |
-/// | [`acquire_timeout`](Self::acquire_timeout) | none | a deadline for every blocking `acquire`; required when the retries could outlast [`MAX_BLOCKING_ACQUIRE`](Self::MAX_BLOCKING_ACQUIRE) (1 hour) |
+/// | [`acquire_timeout`](Self::acquire_timeout) | none | a deadline for every blocking `acquire`; required when the retries could outlast [`max_blocking_acquire`](Self::max_blocking_acquire) (1 hour, or 5 TTLs if longer) |
 ///
 /// # Bounded waits
 ///
 /// A blocking `acquire` always ends. Without an acquire timeout, its retry settings alone
 /// must bound it: [`build`](LockConfigBuilder::build) rejects settings whose
 /// [`worst_case_acquire`](Self::worst_case_acquire) exceeds
-/// [`MAX_BLOCKING_ACQUIRE`](Self::MAX_BLOCKING_ACQUIRE) with
+/// [`max_blocking_acquire`](Self::max_blocking_acquire) (1 hour, or 5 TTLs if longer) with
 /// [`ConfigError::RetriesUnbounded`]. To wait longer, or to retry "until it works" (a huge
 /// `retry_count`), say for how long: set
 /// [`acquire_timeout`](LockConfigBuilder::acquire_timeout), and every blocking `acquire`
@@ -133,7 +133,16 @@ impl LockConfig {
     /// original design's "retry forever" anti-pattern, months of retries even 1 ms apart)
     /// and `retry_delay(Duration::MAX)` (one sleep that never ends) are. A caller that
     /// really wants to wait longer says how long, with an acquire timeout.
+    ///
+    /// Locks with TTLs of hours get more: see
+    /// [`max_blocking_acquire`](Self::max_blocking_acquire).
     pub const MAX_BLOCKING_ACQUIRE: Duration = Duration::from_secs(60 * 60);
+    /// For long TTLs, a blocking acquire may take this many TTLs (5) instead of
+    /// [`MAX_BLOCKING_ACQUIRE`](Self::MAX_BLOCKING_ACQUIRE). Waiting out a crashed holder
+    /// takes up to one TTL, and with TTLs of hours even a single attempt's node timeouts
+    /// (up to a tenth of the TTL each) can exceed an hour; a few TTLs is what waiting for
+    /// such a lock means, while months of retries stay refused.
+    pub const MAX_BLOCKING_ACQUIRE_TTLS: u32 = 5;
     /// The longest [`acquire_timeout`](Self::acquire_timeout) accepted: 30 days, as for the
     /// TTL. Longer values are almost always a unit mistake, and the bound keeps the
     /// acquisition's deadline far from overflow (an overflowing deadline would be none).
@@ -265,6 +274,16 @@ impl LockConfig {
             Self::ATTEMPT_ROUNDS
         };
         self.node_timeout.saturating_mul(rounds)
+    }
+
+    /// The longest [`worst_case_acquire`](Self::worst_case_acquire) accepted without an
+    /// acquire timeout: [`MAX_BLOCKING_ACQUIRE`](Self::MAX_BLOCKING_ACQUIRE) (1 hour), or
+    /// [`MAX_BLOCKING_ACQUIRE_TTLS`](Self::MAX_BLOCKING_ACQUIRE_TTLS) TTLs if that is
+    /// longer (TTLs over 12 minutes).
+    pub fn max_blocking_acquire(&self) -> Duration {
+        self.ttl
+            .saturating_mul(Self::MAX_BLOCKING_ACQUIRE_TTLS)
+            .max(Self::MAX_BLOCKING_ACQUIRE)
     }
 
     /// The longest a blocking acquire can take by its retry settings:
@@ -404,14 +423,15 @@ impl LockConfig {
             }
             None => {
                 let worst_case = self.worst_case_acquire();
-                if worst_case.is_none_or(|worst| worst > Self::MAX_BLOCKING_ACQUIRE) {
+                let max = self.max_blocking_acquire();
+                if worst_case.is_none_or(|worst| worst > max) {
                     return Err(ConfigError::RetriesUnbounded {
                         retry_count: self.retry_count,
                         retry_delay: self.retry_delay,
                         retry_jitter: self.retry_jitter,
                         attempt: self.attempt_bound(),
                         worst_case,
-                        max: Self::MAX_BLOCKING_ACQUIRE,
+                        max,
                     });
                 }
             }
@@ -745,6 +765,19 @@ mod tests {
         // ...one millisecond more is not: the attempts count, not only the waits.
         assert!(matches!(
             build(delay + ms(1)),
+            Err(ConfigError::RetriesUnbounded { .. })
+        ));
+        // A long TTL allows five TTLs: a 1-day lock may wait five days.
+        let long = LockConfig::builder()
+            .ttl(Duration::from_secs(86_400))
+            .retry_count(1)
+            .retry_delay(Duration::from_secs(4 * 86_400))
+            .retry_jitter(Duration::ZERO)
+            .build();
+        assert!(long.is_ok(), "{long:?}");
+        let too_long = long.unwrap().to_builder().retry_count(2).build();
+        assert!(matches!(
+            too_long,
             Err(ConfigError::RetriesUnbounded { .. })
         ));
         // Fencing adds two rounds to each attempt.

@@ -84,7 +84,7 @@ pub enum ConfigError {
         max: usize,
     },
     /// Without an acquire timeout, a blocking acquire could retry for longer than
-    /// [`LockConfig::MAX_BLOCKING_ACQUIRE`](crate::LockConfig::MAX_BLOCKING_ACQUIRE): the
+    /// [`LockConfig::max_blocking_acquire`](crate::LockConfig::max_blocking_acquire): the
     /// "retry forever" anti-pattern, or a unit mistake.
     #[error(
         "a blocking acquire could take {} ({retry_count} retries of up to {retry_delay:?} + \
