@@ -164,7 +164,9 @@ async fn job(id: usize, tick: u32, mut guard: LockGuard, start: Instant, journal
         at(start)
     );
     // Extends every third of the TTL for as long as the job runs; a short job ends first.
-    guard.auto_extend(AutoExtend::default());
+    guard
+        .auto_extend(AutoExtend::default())
+        .expect("the default interval is never refused");
     let lost = guard.lost();
     let finished = tokio::select! {
         () = tokio::time::sleep(length) => true,

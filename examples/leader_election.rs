@@ -162,7 +162,9 @@ async fn candidate(id: usize, lock: Redlock, shared: Arc<Shared>) -> Result {
         };
         let start = Instant::now();
         event!(shared, "candidate-{id} won the lock: it is the leader");
-        guard.auto_extend(AutoExtend::default());
+        guard
+            .auto_extend(AutoExtend::default())
+            .expect("the default interval is never refused");
         let lost = guard.lost();
 
         let mut batches = 0;

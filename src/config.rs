@@ -29,6 +29,44 @@ use crate::resource::Resources;
 /// | [`fair`](Self::fair) | `true` | blocking acquires of a contended lock queue on the nodes and get it first come, first served |
 /// | [`fencing`](Self::fencing) | `false` | every acquisition mints a fencing token (two more rounds) |
 /// | [`fencing_on_volatile_nodes`](Self::fencing_on_volatile_nodes) | `false` | fencing is allowed on nodes that keep no append-only file |
+/// | [`acquire_timeout`](Self::acquire_timeout) | none | a deadline for every blocking `acquire`; required when the retries could outlast [`max_blocking_acquire`](Self::max_blocking_acquire) (1 hour, or 5 TTLs if longer) |
+///
+/// # Bounded waits
+///
+/// A blocking `acquire` always ends. Without an acquire timeout, its retry settings alone
+/// must bound it: [`build`](LockConfigBuilder::build) rejects settings whose
+/// [`worst_case_acquire`](Self::worst_case_acquire) exceeds
+/// [`max_blocking_acquire`](Self::max_blocking_acquire) (1 hour, or 5 TTLs if longer) with
+/// [`ConfigError::RetriesUnbounded`]. To wait longer, or to retry "until it works" (a huge
+/// `retry_count`), say for how long: set
+/// [`acquire_timeout`](LockConfigBuilder::acquire_timeout), and every blocking `acquire`
+/// (and `with`) gets that deadline. A per-call
+/// [`acquire_timeout`](crate::DistributedLock::acquire_timeout) overrides it.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::{ConfigError, LockConfig};
+///
+/// // Retrying every millisecond four billion times is rejected...
+/// let err = LockConfig::builder()
+///     .retry_count(u32::MAX)
+///     .retry_delay(Duration::from_millis(1))
+///     .retry_jitter(Duration::ZERO)
+///     .build()
+///     .unwrap_err();
+/// assert!(matches!(err, ConfigError::RetriesUnbounded { .. }));
+/// assert!(err.to_string().contains("acquire_timeout"), "{err}");
+///
+/// // ...unless a deadline bounds it: retry until it works, for at most ten minutes.
+/// let config = LockConfig::builder()
+///     .retry_count(u32::MAX)
+///     .retry_delay(Duration::from_millis(1))
+///     .retry_jitter(Duration::ZERO)
+///     .acquire_timeout(Duration::from_secs(600))
+///     .build()?;
+/// assert_eq!(config.acquire_timeout(), Some(Duration::from_secs(600)));
+/// # Ok::<(), quorumlock::ConfigError>(())
+/// ```
 ///
 /// # Examples
 ///
@@ -63,6 +101,7 @@ pub struct LockConfig {
     fair: bool,
     fencing: bool,
     fencing_on_volatile_nodes: bool,
+    acquire_timeout: Option<Duration>,
 }
 
 impl LockConfig {
@@ -93,6 +132,36 @@ impl LockConfig {
     pub const MAX_NODE_TIMEOUT_SHARE: u32 = 10;
     /// The longest key prefix accepted, in bytes.
     pub const MAX_KEY_PREFIX_LEN: usize = 256;
+    /// The longest a blocking acquire may take by its retry settings alone, without an
+    /// [`acquire_timeout`](Self::acquire_timeout): 1 hour.
+    ///
+    /// Waiting for a lock is meant to cover a holder's critical section, seconds to
+    /// minutes; the defaults give up after about 2 s. An hour is three orders of magnitude
+    /// above that, so no sensible setting is refused, while `retry_count(u32::MAX)` (the
+    /// original design's "retry forever" anti-pattern, months of retries even 1 ms apart)
+    /// and `retry_delay(Duration::MAX)` (one sleep that never ends) are. A caller that
+    /// really wants to wait longer says how long, with an acquire timeout.
+    ///
+    /// Locks with TTLs of hours get more: see
+    /// [`max_blocking_acquire`](Self::max_blocking_acquire).
+    pub const MAX_BLOCKING_ACQUIRE: Duration = Duration::from_secs(60 * 60);
+    /// For long TTLs, a blocking acquire may take this many TTLs (5) instead of
+    /// [`MAX_BLOCKING_ACQUIRE`](Self::MAX_BLOCKING_ACQUIRE). Waiting out a crashed holder
+    /// takes up to one TTL, and with TTLs of hours even a single attempt's node timeouts
+    /// (up to a tenth of the TTL each) can exceed an hour; a few TTLs is what waiting for
+    /// such a lock means, while months of retries stay refused.
+    pub const MAX_BLOCKING_ACQUIRE_TTLS: u32 = 5;
+    /// The longest [`acquire_timeout`](Self::acquire_timeout) accepted: 30 days, as for the
+    /// TTL. Longer values are almost always a unit mistake, and the bound keeps the
+    /// acquisition's deadline far from overflow (an overflowing deadline would be none).
+    pub const MAX_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+    /// How many node timeouts one attempt of a blocking acquire can take, fencing off: the
+    /// lock round, the rollback of a failed attempt, and the waits' set-up (a pub/sub
+    /// subscription, connect then confirm, and joining or leaving the queue), each bounded
+    /// by one node timeout.
+    const ATTEMPT_ROUNDS: u32 = 5;
+    /// The two more rounds of an attempt with fencing on: reading and raising the counter.
+    const FENCING_ROUNDS: u32 = 2;
 
     /// Starts a builder from the defaults.
     pub fn builder() -> LockConfigBuilder {
@@ -212,6 +281,72 @@ impl LockConfig {
         self.fencing_on_volatile_nodes
     }
 
+    /// The deadline of every blocking acquire (`acquire`, `acquire_many`, `with`), counted
+    /// from its start; `None`: its retry settings alone bound it (see
+    /// [Bounded waits](Self#bounded-waits)). A per-call
+    /// [`acquire_timeout`](crate::DistributedLock::acquire_timeout) overrides it.
+    pub fn acquire_timeout(&self) -> Option<Duration> {
+        self.acquire_timeout
+    }
+
+    /// The longest one attempt of a blocking acquire can take: a few node timeouts (5, or 7
+    /// with fencing), for the lock round, the rollback of a failed attempt, the set-up of
+    /// the waits and, with fencing, minting the token. A client that is itself stalled
+    /// (CPU starvation, a pause) can take longer; nothing bounds that.
+    pub fn attempt_bound(&self) -> Duration {
+        let rounds = if self.fencing {
+            Self::ATTEMPT_ROUNDS + Self::FENCING_ROUNDS
+        } else {
+            Self::ATTEMPT_ROUNDS
+        };
+        self.node_timeout.saturating_mul(rounds)
+    }
+
+    /// The longest [`worst_case_acquire`](Self::worst_case_acquire) accepted without an
+    /// acquire timeout: [`MAX_BLOCKING_ACQUIRE`](Self::MAX_BLOCKING_ACQUIRE) (1 hour), or
+    /// [`MAX_BLOCKING_ACQUIRE_TTLS`](Self::MAX_BLOCKING_ACQUIRE_TTLS) TTLs if that is
+    /// longer (TTLs over 12 minutes).
+    pub fn max_blocking_acquire(&self) -> Duration {
+        self.ttl
+            .saturating_mul(Self::MAX_BLOCKING_ACQUIRE_TTLS)
+            .max(Self::MAX_BLOCKING_ACQUIRE)
+    }
+
+    /// The longest a blocking acquire can take by its retry settings:
+    /// `retry_count × (retry_delay + retry_jitter) + (retry_count + 1) × attempt_bound()`;
+    /// `None` when that overflows a `Duration`. An
+    /// [`acquire_timeout`](Self::acquire_timeout) ends it sooner. Not counted: waiting for
+    /// the turn behind other blocking acquires of the same resources in this process, each
+    /// bounded in the same way, and client stalls.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use quorumlock::LockConfig;
+    /// // The defaults: 3 waits of up to 300 ms, 4 attempts of up to 5 × 50 ms.
+    /// let config = LockConfig::default();
+    /// assert_eq!(config.worst_case_acquire(), Some(Duration::from_millis(3 * 300 + 4 * 250)));
+    /// ```
+    pub fn worst_case_acquire(&self) -> Option<Duration> {
+        let longest_wait = self.retry_delay.checked_add(self.retry_jitter)?;
+        let waits = longest_wait.checked_mul(self.retry_count)?;
+        // `retry_count + 1` attempts, without overflowing a `u32` at `u32::MAX` retries.
+        let attempt = self.attempt_bound();
+        let attempts = attempt
+            .checked_mul(self.retry_count)?
+            .checked_add(attempt)?;
+        waits.checked_add(attempts)
+    }
+
+    /// The deadline of a blocking acquire that starts at `now`, from the configured
+    /// acquire timeout.
+    pub(crate) fn acquire_deadline(
+        &self,
+        now: tokio::time::Instant,
+    ) -> Option<tokio::time::Instant> {
+        self.acquire_timeout
+            .and_then(|timeout| now.checked_add(timeout))
+    }
+
     /// The Redis key a lock on `resource` lives under: the name, after the key prefix.
     /// Fails on a name that cannot be a lock (empty, or longer than
     /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)).
@@ -298,6 +433,38 @@ impl LockConfig {
                 });
             }
         }
+        self.validate_wait()
+    }
+
+    /// A blocking acquire must end: by its deadline when it has one, else by its retries.
+    fn validate_wait(&self) -> Result<(), ConfigError> {
+        match self.acquire_timeout {
+            Some(timeout) => {
+                if timeout.is_zero() {
+                    return Err(ConfigError::ZeroAcquireTimeout);
+                }
+                if timeout > Self::MAX_ACQUIRE_TIMEOUT {
+                    return Err(ConfigError::AcquireTimeoutTooLong {
+                        timeout,
+                        max: Self::MAX_ACQUIRE_TIMEOUT,
+                    });
+                }
+            }
+            None => {
+                let worst_case = self.worst_case_acquire();
+                let max = self.max_blocking_acquire();
+                if worst_case.is_none_or(|worst| worst > max) {
+                    return Err(ConfigError::RetriesUnbounded {
+                        retry_count: self.retry_count,
+                        retry_delay: self.retry_delay,
+                        retry_jitter: self.retry_jitter,
+                        attempt: self.attempt_bound(),
+                        worst_case,
+                        max,
+                    });
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -318,6 +485,7 @@ impl Default for LockConfig {
             fair: true,
             fencing: false,
             fencing_on_volatile_nodes: false,
+            acquire_timeout: None,
         }
     }
 }
@@ -417,6 +585,16 @@ impl LockConfigBuilder {
     /// [`LockConfig::connect_timeout`].
     pub fn connect_timeout(mut self, connect_timeout: Duration) -> Self {
         self.config.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// Gives every blocking acquire a deadline, `timeout` after it starts (non-zero, at most
+    /// [`LockConfig::MAX_ACQUIRE_TIMEOUT`]); see [`LockConfig::acquire_timeout`]. With it,
+    /// `retry_count` may be as large as you like: the deadline, not the count, ends the
+    /// wait. `None` takes the deadline away again (from a builder made by
+    /// [`LockConfig::to_builder`]).
+    pub fn acquire_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.config.acquire_timeout = timeout.into();
         self
     }
 
@@ -564,6 +742,135 @@ mod tests {
     fn rejects_oversized_key_prefix() {
         let result = LockConfig::builder().key_prefix("p".repeat(257)).build();
         assert!(matches!(result, Err(ConfigError::KeyPrefixTooLong { .. })));
+    }
+
+    #[test]
+    fn rejects_retries_that_could_run_for_months() {
+        // Four billion retries 1 ms apart: about 50 days of waits alone.
+        let err = LockConfig::builder()
+            .retry_count(u32::MAX)
+            .retry_delay(ms(1))
+            .retry_jitter(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        let ConfigError::RetriesUnbounded {
+            retry_count,
+            worst_case,
+            max,
+            ..
+        } = &err
+        else {
+            panic!("expected RetriesUnbounded, got {err:?}");
+        };
+        assert_eq!(*retry_count, u32::MAX);
+        assert!(worst_case.is_some_and(|worst| worst > Duration::from_secs(49 * 86_400)));
+        assert_eq!(*max, LockConfig::MAX_BLOCKING_ACQUIRE);
+        let text = err.to_string();
+        for needle in ["4294967295 retries", "1ms", "3600s", "acquire_timeout"] {
+            assert!(text.contains(needle), "{needle:?} missing: {text}");
+        }
+    }
+
+    #[test]
+    fn rejects_a_retry_delay_that_never_ends() {
+        let err = LockConfig::builder()
+            .retry_delay(Duration::MAX)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::RetriesUnbounded {
+                    worst_case: None,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("could take forever"), "{err}");
+    }
+
+    #[test]
+    fn accepts_retries_up_to_the_bound_and_counts_the_attempts() {
+        // One retry of up to an hour less the two attempts' bound is just allowed...
+        let attempts = LockConfig::default().attempt_bound() * 2;
+        let delay = LockConfig::MAX_BLOCKING_ACQUIRE - attempts;
+        let build = |delay| {
+            LockConfig::builder()
+                .retry_count(1)
+                .retry_delay(delay)
+                .retry_jitter(Duration::ZERO)
+                .build()
+        };
+        let config = build(delay).unwrap();
+        assert_eq!(
+            config.worst_case_acquire(),
+            Some(LockConfig::MAX_BLOCKING_ACQUIRE)
+        );
+        // ...one millisecond more is not: the attempts count, not only the waits.
+        assert!(matches!(
+            build(delay + ms(1)),
+            Err(ConfigError::RetriesUnbounded { .. })
+        ));
+        // A long TTL allows five TTLs: a 1-day lock may wait five days.
+        let long = LockConfig::builder()
+            .ttl(Duration::from_secs(86_400))
+            .retry_count(1)
+            .retry_delay(Duration::from_secs(4 * 86_400))
+            .retry_jitter(Duration::ZERO)
+            .build();
+        assert!(long.is_ok(), "{long:?}");
+        let too_long = long.unwrap().to_builder().retry_count(2).build();
+        assert!(matches!(
+            too_long,
+            Err(ConfigError::RetriesUnbounded { .. })
+        ));
+        // Fencing adds two rounds to each attempt.
+        let fenced = LockConfig::builder().fencing(true).build().unwrap();
+        assert_eq!(fenced.attempt_bound(), ms(7 * 50));
+        assert_eq!(LockConfig::default().attempt_bound(), ms(5 * 50));
+    }
+
+    #[test]
+    fn an_acquire_timeout_lifts_the_bound_on_the_retries() {
+        let config = LockConfig::builder()
+            .retry_count(u32::MAX)
+            .retry_delay(ms(1))
+            .retry_jitter(Duration::ZERO)
+            .acquire_timeout(Duration::from_secs(4 * 3600))
+            .build()
+            .unwrap();
+        assert_eq!(
+            config.acquire_timeout(),
+            Some(Duration::from_secs(4 * 3600))
+        );
+        // Taking the deadline away again brings the check back.
+        assert!(matches!(
+            config.to_builder().acquire_timeout(None).build(),
+            Err(ConfigError::RetriesUnbounded { .. })
+        ));
+        let build = |timeout| LockConfig::builder().acquire_timeout(timeout).build();
+        assert_eq!(build(Duration::ZERO), Err(ConfigError::ZeroAcquireTimeout));
+        assert!(matches!(
+            build(LockConfig::MAX_ACQUIRE_TIMEOUT + ms(1)),
+            Err(ConfigError::AcquireTimeoutTooLong { .. })
+        ));
+        assert!(build(LockConfig::MAX_ACQUIRE_TIMEOUT).is_ok());
+        assert_eq!(LockConfig::default().acquire_timeout(), None);
+    }
+
+    #[test]
+    fn the_acquire_timeout_sets_the_deadline_of_every_blocking_acquire() {
+        let now = tokio::time::Instant::now();
+        assert_eq!(LockConfig::default().acquire_deadline(now), None);
+        let config = LockConfig::builder()
+            .acquire_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        assert_eq!(
+            config.acquire_deadline(now),
+            Some(now + Duration::from_secs(5))
+        );
     }
 
     #[test]

@@ -86,6 +86,64 @@ pub enum ConfigError {
         /// The maximum accepted.
         max: usize,
     },
+    /// Without an acquire timeout, a blocking acquire could retry for longer than
+    /// [`LockConfig::max_blocking_acquire`](crate::LockConfig::max_blocking_acquire): the
+    /// "retry forever" anti-pattern, or a unit mistake.
+    #[error(
+        "a blocking acquire could take {} ({retry_count} retries of up to {retry_delay:?} + \
+         {retry_jitter:?}, and {} attempts of up to {attempt:?}), more than the maximum {max:?}: \
+         lower retry_count or retry_delay, or bound the wait with acquire_timeout",
+        worst_case.map_or_else(|| "forever".to_owned(), |worst| format!("{worst:?}")),
+        u64::from(*retry_count) + 1
+    )]
+    RetriesUnbounded {
+        /// The retries after the first attempt.
+        retry_count: u32,
+        /// The mean wait between attempts.
+        retry_delay: Duration,
+        /// The jitter around it.
+        retry_jitter: Duration,
+        /// The longest one attempt can take (see
+        /// [`LockConfig::attempt_bound`](crate::LockConfig::attempt_bound)).
+        attempt: Duration,
+        /// The worst case; `None` when it overflows a `Duration`.
+        worst_case: Option<Duration>,
+        /// The maximum accepted.
+        max: Duration,
+    },
+    /// An acquire timeout of zero would make every blocking acquire time out at once.
+    #[error("the acquire timeout must be greater than zero")]
+    ZeroAcquireTimeout,
+    /// The acquire timeout is above
+    /// [`LockConfig::MAX_ACQUIRE_TIMEOUT`](crate::LockConfig::MAX_ACQUIRE_TIMEOUT).
+    #[error(
+        "the acquire timeout {timeout:?} is longer than the maximum {max:?} \
+         (milliseconds passed as seconds?)"
+    )]
+    AcquireTimeoutTooLong {
+        /// The rejected timeout.
+        timeout: Duration,
+        /// The maximum accepted.
+        max: Duration,
+    },
+    /// An [`AutoExtend::every`](crate::AutoExtend::every) interval below
+    /// [`AutoExtend::min_interval`](crate::AutoExtend::min_interval) would flood the nodes
+    /// with extension rounds.
+    #[error(
+        "the auto-extend interval {interval:?} is shorter than the minimum {min:?} \
+         (the larger of twice the node timeout {node_timeout:?} and {floor:?}): \
+         it would flood the nodes with extension rounds"
+    )]
+    ExtendIntervalTooShort {
+        /// The rejected interval.
+        interval: Duration,
+        /// The shortest interval accepted with this configuration.
+        min: Duration,
+        /// The node timeout of the lock's configuration.
+        node_timeout: Duration,
+        /// The absolute floor, [`AutoExtend::MIN_INTERVAL`](crate::AutoExtend::MIN_INTERVAL).
+        floor: Duration,
+    },
 }
 
 /// What went wrong with one node during one command.

@@ -25,6 +25,8 @@
 //!   they do not repair a broken lock, they let the resource notice a stale holder.
 //! - The protected resource must check the token on every write, atomically with the write;
 //!   [`fenced_set`] does that for a value kept in Redis.
+//! - Fencing the write alone does not protect a read-modify-write: claim the token with
+//!   [`fenced_claim`] *before* reading (see [Read-modify-write](fenced_set#read-modify-write)).
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script};
@@ -38,7 +40,8 @@ pub fn counter_key(key: &str) -> String {
     format!("quorumlock:fence:{key}")
 }
 
-/// The key where [`fenced_set`] keeps the highest token it accepted for `key`.
+/// The key where [`fenced_set`] and [`fenced_claim`] keep the highest token they accepted
+/// for `key`.
 pub fn last_token_key(key: &str) -> String {
     format!("{key}:fencing-token")
 }
@@ -51,13 +54,59 @@ pub fn last_token_key(key: &str) -> String {
 /// key; the highest token seen is kept beside it, under [`last_token_key`]. The lock's
 /// nodes need not be the server that keeps the data.
 ///
+/// # Read-modify-write
+///
+/// Fencing only the write protects a blind write, not an update computed from a read. A
+/// stale holder that read the value before its pause, and wakes between the new holder's
+/// read and write, still passes the check (the new holder has written no newer token
+/// yet), and the new holder then overwrites it with a value computed from the old read:
+///
+/// | step | old holder (token 7) | new holder (token 8) | stock |
+/// |---|---|---|---|
+/// | 1 | reads 10, pauses | | 10 |
+/// | 2 | | reads 10 | 10 |
+/// | 3 | wakes, `fenced_set(9, 7)`: accepted (highest seen: none) | | 9 |
+/// | 4 | | `fenced_set(9, 8)`: accepted | 9 |
+///
+/// Two sales, one unit gone: a lost update. The safe pattern claims before it reads:
+/// [`fenced_claim`] records the holder's token first, so from then on every write with an
+/// older token is refused, and what the holder reads afterwards can no longer be changed
+/// behind its back by an older holder. In the table, the new holder claims 8 before step 2,
+/// and the old holder's write in step 3 is refused. (An older holder's write that lands
+/// *before* the claim is not lost: the new holder reads it.) A refused claim, or a refused
+/// write, means a newer holder exists: the lock was lost, so stop and do not retry the write.
+///
 /// ```no_run
+/// use quorumlock::fencing::{fenced_claim, fenced_set};
+/// use redis::AsyncCommands;
+///
 /// # async fn run(lock: quorumlock::Redlock, store: redis::Client) -> Result<(), Box<dyn std::error::Error>> {
 /// let guard = lock.acquire("stock:sku-42").await?;
 /// let token = guard.fencing_token().expect("the lock was built with fencing(true)");
 /// let mut connection = store.get_multiplexed_async_connection().await?;
-/// // ... read the stock, compute the new level; a long pause may happen here ...
-/// if !quorumlock::fencing::fenced_set(&mut connection, "stock:sku-42", "17", token).await? {
+/// // Claim first: from here on, older holders can no longer write the stock.
+/// if fenced_claim(&mut connection, "stock:sku-42", token).await? {
+///     let stock: i64 = connection.get("stock:sku-42").await?;
+///     // ... a long pause may happen here; a newer holder's claim then refuses our write ...
+///     let level = (stock - 1).to_string();
+///     if !fenced_set(&mut connection, "stock:sku-42", &level, token).await? {
+///         // A newer holder claimed the stock: our lock was lost while we paused.
+///     }
+/// }
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A blind write (the value does not depend on what was there) needs no claim:
+///
+/// ```no_run
+/// # async fn run(lock: quorumlock::Redlock, store: redis::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// let guard = lock.acquire("report:daily").await?;
+/// let token = guard.fencing_token().expect("the lock was built with fencing(true)");
+/// let mut connection = store.get_multiplexed_async_connection().await?;
+/// // ... compute the report from other data; a long pause may happen here ...
+/// if !quorumlock::fencing::fenced_set(&mut connection, "report:daily", "{...}", token).await? {
 ///     // A newer holder already wrote: our lock was lost while we paused.
 /// }
 /// guard.release().await?;
@@ -79,6 +128,40 @@ pub async fn fenced_set<C: ConnectionLike>(
         .await?;
     Ok(written == 1)
 }
+
+/// Records `token` as the highest token for `key` unless a higher one is already recorded;
+/// returns whether it was (a token equal to the recorded one is accepted). Call it after
+/// acquiring the lock and **before reading** `key` for a read-modify-write: from then on
+/// [`fenced_set`] refuses every write with an older token, so no holder that lost the lock
+/// can change the value between this holder's read and its write. See
+/// [Read-modify-write](fenced_set#read-modify-write) for the race it closes.
+///
+/// `false` means a newer holder has claimed `key`: this holder's lock is gone, and it must
+/// not go on. Claiming writes nothing to `key` itself.
+pub async fn fenced_claim<C: ConnectionLike>(
+    connection: &mut C,
+    key: &str,
+    token: u64,
+) -> RedisResult<bool> {
+    let claimed: i64 = Script::new(FENCED_CLAIM_SCRIPT)
+        .key(last_token_key(key))
+        .arg(token)
+        .invoke_async(connection)
+        .await?;
+    Ok(claimed == 1)
+}
+
+/// Raise-the-highest-token unless it is already higher, atomically; the check of
+/// [`FENCED_SET_SCRIPT`] without the write.
+const FENCED_CLAIM_SCRIPT: &str = r#"
+local last = tonumber(redis.call("GET", KEYS[1]) or "0")
+local token = tonumber(ARGV[1])
+if token < last then
+    return 0
+end
+redis.call("SET", KEYS[1], ARGV[1])
+return 1
+"#;
 
 /// Compare-token-then-write, atomically.
 const FENCED_SET_SCRIPT: &str = r#"

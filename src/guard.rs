@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::LockError;
+use crate::error::{ConfigError, LockError};
 use crate::lease::{Lease, LeaseEnd, LostSignal};
 use crate::quorum::Coordinator;
 use crate::token::LockToken;
@@ -128,9 +128,15 @@ impl LockGuard {
     /// gone, or none can be confirmed before the deadline, the [`lost`](Self::lost) signal
     /// fires. Calling it again replaces the running watchdog.
     ///
+    /// Fails with [`ConfigError::ExtendIntervalTooShort`] when the options'
+    /// [`every`](AutoExtend::every) interval is below
+    /// [`AutoExtend::min_interval`] for this lock's configuration; a watchdog already
+    /// running then keeps running. The default options never fail.
+    ///
     /// Needs a tokio runtime (the task is spawned on the current one).
-    pub fn auto_extend(&mut self, options: AutoExtend) {
-        self.watchdog = Some(Watchdog::start(Arc::clone(&self.lease), options));
+    pub fn auto_extend(&mut self, options: AutoExtend) -> Result<(), ConfigError> {
+        self.watchdog = Some(Watchdog::start(Arc::clone(&self.lease), options)?);
+        Ok(())
     }
 
     /// Unlocks every node (compare-and-delete: another owner's lock is never touched) and

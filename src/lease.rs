@@ -223,7 +223,7 @@ impl Lease {
 /// # use quorumlock::{LockConfig, Redlock};
 /// # async fn run(lock: Redlock) -> Result<(), quorumlock::LockError> {
 /// let mut guard = lock.acquire("singleton-worker").await?;
-/// guard.auto_extend(Default::default());
+/// guard.auto_extend(Default::default())?;
 /// let lost = guard.lost();
 /// tokio::select! {
 ///     _ = do_the_work() => guard.release().await?,

@@ -79,7 +79,8 @@
 //! A client paused longer than its validity (GC, swap, SIGSTOP) may act after losing its
 //! lock. With [`fencing`](LockConfigBuilder::fencing) on, each acquisition mints a token
 //! that strictly increases across holders of a resource ([`LockGuard::fencing_token`]), and
-//! the protected resource rejects stale writes with [`fencing::fenced_set`]. See
+//! the protected resource rejects stale writes with [`fencing::fenced_set`]; a
+//! read-modify-write claims its token with [`fencing::fenced_claim`] before it reads. See
 //! [`fencing`] for how tokens are minted across a quorum and what they require.
 //!
 //! # Several resources at once

@@ -43,7 +43,9 @@ pub trait DistributedLock: Send + Sync {
     ) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
 
     /// Attempts up to `1 + retry_count` times, waiting `retry_delay ± retry_jitter` between
-    /// attempts; returns the first success or the last attempt's error.
+    /// attempts; returns the first success or the last attempt's error. With an
+    /// [`acquire_timeout`](LockConfig::acquire_timeout) configured, gives up at that
+    /// deadline as [`acquire_timeout`](Self::acquire_timeout) does.
     ///
     /// Dropping the returned future at any point leaves no key behind: an attempt in flight
     /// is unlocked in the background.
@@ -79,7 +81,9 @@ pub trait DistributedLock: Send + Sync {
 
     /// Like [`acquire`](Self::acquire), but gives up once `timeout` has passed, whatever
     /// retries remain: [`LockError::TimedOut`] if an attempt was still running then, or the
-    /// last attempt's error if the next wait would have ended past it.
+    /// last attempt's error if the next wait would have ended past it. `timeout` replaces
+    /// the configured [`acquire_timeout`](LockConfig::acquire_timeout), if any; the retries
+    /// still end it sooner when they run out.
     ///
     /// An acquisition that had joined the nodes' queue (see
     /// [`LockConfig::fair`](crate::LockConfig::fair)) gives its place back before it
@@ -160,7 +164,10 @@ macro_rules! impl_distributed_lock {
                 &self,
                 resource: &str,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.acquire(&[resource], None).await
+                let deadline = self
+                    .config()
+                    .acquire_deadline(::tokio::time::Instant::now());
+                self.coordinator.acquire(&[resource], deadline).await
             }
 
             /// One attempt over several resources; see [`DistributedLock::try_acquire_many`](crate::DistributedLock::try_acquire_many).
@@ -176,7 +183,10 @@ macro_rules! impl_distributed_lock {
                 &self,
                 resources: &[&str],
             ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.acquire(resources, None).await
+                let deadline = self
+                    .config()
+                    .acquire_deadline(::tokio::time::Instant::now());
+                self.coordinator.acquire(resources, deadline).await
             }
 
             /// Bounded attempts within `timeout`; see [`DistributedLock::acquire_timeout`](crate::DistributedLock::acquire_timeout).
@@ -185,7 +195,13 @@ macro_rules! impl_distributed_lock {
                 resource: &str,
                 timeout: ::std::time::Duration,
             ) -> Result<$crate::LockGuard, $crate::LockError> {
-                let deadline = ::tokio::time::Instant::now().checked_add(timeout);
+                let now = ::tokio::time::Instant::now();
+                // A timeout too long to represent falls back to the configured one, which
+                // validation keeps representable: with a huge retry count allowed by that
+                // deadline, no deadline at all would retry for months.
+                let deadline = now
+                    .checked_add(timeout)
+                    .or_else(|| self.config().acquire_deadline(now));
                 self.coordinator.acquire(&[resource], deadline).await
             }
 
@@ -199,7 +215,10 @@ macro_rules! impl_distributed_lock {
                 F: FnOnce($crate::LostSignal) -> Fut,
                 Fut: ::std::future::Future<Output = T>,
             {
-                let guard = self.coordinator.acquire(&[resource], None).await?;
+                let deadline = self
+                    .config()
+                    .acquire_deadline(::tokio::time::Instant::now());
+                let guard = self.coordinator.acquire(&[resource], deadline).await?;
                 $crate::scoped::run_locked(guard, work).await
             }
 

@@ -14,7 +14,7 @@ where
     F: FnOnce(LostSignal) -> Fut,
     Fut: Future<Output = T>,
 {
-    guard.auto_extend(AutoExtend::default());
+    guard.auto_extend(AutoExtend::default())?;
     let lost = guard.lost();
     let work = work(lost.clone());
     // A panic in `work` unwinds through here and drops the guard, which releases the lock

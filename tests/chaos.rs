@@ -1005,7 +1005,9 @@ async fn losing_a_majority_under_auto_extension_signals_the_loss_before_the_dead
     let urls = cluster.urls();
 
     let mut guard = lock.try_acquire("leader").await.unwrap();
-    guard.auto_extend(quorumlock::AutoExtend::default());
+    guard
+        .auto_extend(quorumlock::AutoExtend::default())
+        .unwrap();
     let lost = guard.lost();
     // `with()`: work that would run forever, cancelled when the lock is lost.
     let scoped = {

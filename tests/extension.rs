@@ -19,7 +19,7 @@ async fn auto_extension_keeps_a_lock_alive_past_several_ttls() {
     let ttl = Duration::from_millis(300);
     let lock = redlock(&cluster, config(ttl)).await;
     let mut guard = lock.try_acquire("long-job").await.unwrap();
-    guard.auto_extend(AutoExtend::default());
+    guard.auto_extend(AutoExtend::default()).unwrap();
     let lost = guard.lost();
 
     tokio::time::sleep(Duration::from_millis(1200)).await; // four TTLs
@@ -47,7 +47,7 @@ async fn losing_a_majority_fires_the_lost_signal_before_the_deadline() {
     let ttl = Duration::from_secs(1);
     let lock = redlock(&cluster, config(ttl)).await;
     let mut guard = lock.try_acquire("leader").await.unwrap();
-    guard.auto_extend(AutoExtend::default());
+    guard.auto_extend(AutoExtend::default()).unwrap();
     let lost = guard.lost();
 
     for i in 0..3 {
@@ -89,7 +89,9 @@ async fn the_watchdog_stops_at_the_hold_cap() {
     let lock = redlock(&cluster, config(Duration::from_millis(300))).await;
     let mut guard = lock.try_acquire("capped").await.unwrap();
     let started = Instant::now();
-    guard.auto_extend(AutoExtend::default().max_hold(Duration::from_millis(500)));
+    guard
+        .auto_extend(AutoExtend::default().max_hold(Duration::from_millis(500)))
+        .unwrap();
     assert_eq!(guard.lost().await, LeaseEnd::Expired);
     let held = started.elapsed();
     // Extended up to the cap, then left to expire: at most cap + one TTL.

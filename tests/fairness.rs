@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{cluster, eventually, raw_connection, redlock, retrying, TTL};
+use common::{cluster, eventually, raw_connection, redlock, TTL};
+
 use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, LockGuard, Redlock};
 use redis::aio::MultiplexedConnection;
@@ -31,21 +32,27 @@ const RESERVED: &str = "quorumlock:reserved:";
 const SERVED_WITHIN: Duration = Duration::from_secs(10);
 
 /// A blocking acquire that never runs out of retries, with the default delay and jitter:
-/// its queue place lasts 2 * 300 + 4 * 50 + 100 = 900 ms without a refresh.
+/// its queue place lasts 2 * 300 + 4 * 50 + 100 = 900 ms without a refresh. So many
+/// retries need a deadline; no passing test comes near it.
 fn patient() -> LockConfig {
-    retrying(
-        10_000,
-        LockConfig::DEFAULT_RETRY_DELAY,
-        LockConfig::DEFAULT_RETRY_JITTER,
-    )
+    LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(10_000)
+        .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
+        .build()
+        .unwrap()
 }
 
 /// Retries every 100 ms, but with a place that lasts 2 * 100 + 4 * 500 + 100 = 2.3 s: a
 /// place that is gone well before that was given back, not left to lapse.
 fn long_lived_places() -> LockConfig {
-    retrying(10_000, Duration::from_millis(100), Duration::ZERO)
-        .to_builder()
+    LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(10_000)
+        .retry_delay(Duration::from_millis(100))
+        .retry_jitter(Duration::ZERO)
         .node_timeout(Duration::from_millis(500))
+        .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
         .build()
         .unwrap()
 }
@@ -611,7 +618,14 @@ async fn a_reservation_a_waiter_for_several_keys_cannot_use_goes_on_at_once() {
 #[tokio::test]
 async fn a_release_of_several_keys_hands_each_to_its_own_line() {
     // Waiters that retry only every second: a waiter served sooner was handed the key.
-    let slow = retrying(10_000, Duration::from_secs(1), Duration::ZERO);
+    let slow = LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(10_000)
+        .retry_delay(Duration::from_secs(1))
+        .retry_jitter(Duration::ZERO)
+        .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
+        .build()
+        .unwrap();
     let cluster = cluster(3).await;
     let nodes = Nodes::of(&cluster).await;
     let holder = redlock(&cluster, slow.clone()).await;

@@ -1,15 +1,16 @@
 //! Fencing tokens on real redis-server nodes: minted as a quorum max-register, strictly
 //! increasing across holders even while minority nodes die and come back, and used by a
-//! protected resource to reject a stale holder's write.
+//! protected resource to reject a stale holder's write, including in a read-modify-write.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{cluster, config, raw_connection, redlock, TTL};
-use quorumlock::fencing::fenced_set;
+use quorumlock::fencing::{fenced_claim, fenced_set};
 use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster};
 use quorumlock::{LockConfig, LockError};
+use redis::AsyncCommands;
 
 /// [`config`] with fencing, and retries for holders that follow one another closely.
 fn fenced(ttl: Duration) -> LockConfig {
@@ -182,4 +183,123 @@ async fn minting_without_a_quorum_fails_and_unlocks() {
         );
     }
     cluster.node_mut(4).kill().await.unwrap();
+}
+
+/// The two holders of a read-modify-write race, stepped by hand: `OLD` read the stock
+/// before a pause that outlasted its lock, `NEW` holds the lock now. Tokens stand in for
+/// the two acquisitions, so the interleaving is exact and needs no lock timing.
+const OLD: u64 = 7;
+const NEW: u64 = 8;
+
+async fn stock(connection: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    connection.get(key).await.unwrap()
+}
+
+#[tokio::test]
+async fn fencing_only_the_write_loses_an_update_to_a_stale_holder() {
+    let cluster = cluster(1).await;
+    let mut connection = raw_connection(cluster.node(0)).await;
+    let key = "stock:write-only";
+    let _: () = connection.set(key, 10).await.unwrap();
+
+    let old_read = stock(&mut connection, key).await; // then the old holder pauses
+    let new_read = stock(&mut connection, key).await;
+    // The old holder wakes between the new holder's read and write: nothing newer has
+    // been written yet, so its fenced write passes.
+    let old_level = (old_read - 1).to_string();
+    assert!(fenced_set(&mut connection, key, &old_level, OLD)
+        .await
+        .unwrap());
+    let new_level = (new_read - 1).to_string();
+    assert!(fenced_set(&mut connection, key, &new_level, NEW)
+        .await
+        .unwrap());
+    // Both sales were accepted, yet only one unit is gone: the old holder's update is lost.
+    assert_eq!(stock(&mut connection, key).await, 9);
+}
+
+#[tokio::test]
+async fn claiming_before_reading_refuses_the_stale_holders_write() {
+    let cluster = cluster(1).await;
+    let mut connection = raw_connection(cluster.node(0)).await;
+
+    // The same interleaving, each holder claiming before it reads.
+    let key = "stock:claimed";
+    let _: () = connection.set(key, 10).await.unwrap();
+    assert!(fenced_claim(&mut connection, key, OLD).await.unwrap());
+    let old_read = stock(&mut connection, key).await; // then the old holder pauses
+    assert!(fenced_claim(&mut connection, key, NEW).await.unwrap());
+    let new_read = stock(&mut connection, key).await;
+    let old_level = (old_read - 1).to_string();
+    assert!(
+        !fenced_set(&mut connection, key, &old_level, OLD)
+            .await
+            .unwrap(),
+        "the stale holder's write landed after the new holder's claim"
+    );
+    // Nor can it claim again, to read a fresh value and write after all.
+    assert!(!fenced_claim(&mut connection, key, OLD).await.unwrap());
+    let new_level = (new_read - 1).to_string();
+    assert!(fenced_set(&mut connection, key, &new_level, NEW)
+        .await
+        .unwrap());
+    assert_eq!(stock(&mut connection, key).await, 9, "one sale, one unit");
+    // A claim writes nothing but the token, and the holder may claim again.
+    assert!(fenced_claim(&mut connection, key, NEW).await.unwrap());
+    assert_eq!(stock(&mut connection, key).await, 9);
+
+    // A stale holder's write that lands before the new holder's claim is not lost: the
+    // new holder reads it.
+    let key = "stock:claimed-late";
+    let _: () = connection.set(key, 10).await.unwrap();
+    assert!(fenced_claim(&mut connection, key, OLD).await.unwrap());
+    let old_read = stock(&mut connection, key).await;
+    let old_level = (old_read - 1).to_string();
+    assert!(fenced_set(&mut connection, key, &old_level, OLD)
+        .await
+        .unwrap());
+    assert!(fenced_claim(&mut connection, key, NEW).await.unwrap());
+    let new_read = stock(&mut connection, key).await;
+    let new_level = (new_read - 1).to_string();
+    assert!(fenced_set(&mut connection, key, &new_level, NEW)
+        .await
+        .unwrap());
+    assert_eq!(stock(&mut connection, key).await, 8, "two sales, two units");
+}
+
+#[tokio::test]
+async fn a_lock_holders_claim_refuses_a_paused_holders_read_modify_write() {
+    // The same race with real acquisitions and minted tokens.
+    let cluster = cluster(5).await;
+    let lock = redlock(&cluster, fenced(Duration::from_millis(300))).await;
+    let mut connection = raw_connection(cluster.node(0)).await;
+    let key = "stock:locked";
+    let _: () = connection.set(key, 10).await.unwrap();
+
+    let first = lock.acquire("stock").await.unwrap();
+    let first_token = first.fencing_token().unwrap();
+    assert!(fenced_claim(&mut connection, key, first_token)
+        .await
+        .unwrap());
+    let first_read = stock(&mut connection, key).await;
+    // The first holder pauses past its validity; a second holder takes over, claims, reads.
+    tokio::time::sleep(first.validity() + Duration::from_millis(50)).await;
+    let second = lock.acquire("stock").await.unwrap();
+    let second_token = second.fencing_token().unwrap();
+    assert!(fenced_claim(&mut connection, key, second_token)
+        .await
+        .unwrap());
+    let second_read = stock(&mut connection, key).await;
+    // The first holder wakes before the second writes: refused.
+    let level = (first_read - 1).to_string();
+    assert!(!fenced_set(&mut connection, key, &level, first_token)
+        .await
+        .unwrap());
+    let level = (second_read - 1).to_string();
+    assert!(fenced_set(&mut connection, key, &level, second_token)
+        .await
+        .unwrap());
+    assert_eq!(stock(&mut connection, key).await, 9);
+    drop(first);
+    second.release().await.unwrap();
 }

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cluster, redlock, retrying};
+use common::{cluster, redlock, retrying, TTL};
 use futures::StreamExt;
 use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, Redlock};
@@ -171,11 +171,15 @@ async fn a_lost_announcement_falls_back_to_the_delay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiters_all_get_their_turn_quickly() {
     let cluster = cluster(5).await;
-    let config = retrying(
-        10_000,
-        Duration::from_millis(500),
-        Duration::from_millis(250),
-    );
+    // So many retries need a deadline; the test fails long before it.
+    let config = LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(10_000)
+        .retry_delay(Duration::from_millis(500))
+        .retry_jitter(Duration::from_millis(250))
+        .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
+        .build()
+        .unwrap();
     let lock = redlock(&cluster, config).await;
     let started = Instant::now();
     let tasks: Vec<_> = (0..8)

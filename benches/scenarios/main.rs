@@ -485,9 +485,11 @@ fn smoke_checks(scenario: &Scenario, contender: Contender, run: &Run) -> Vec<Str
 
 fn config_for(scenario: &Scenario) -> LockConfig {
     match scenario.load {
-        // Defaults, except that nobody gives up while waiting.
+        // Defaults, except that nobody gives up while waiting: a deadline no run reaches
+        // is what lets the retries be counted no more.
         Load::Contended { .. } => LockConfig::builder()
             .retry_count(1_000_000)
+            .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
             .build()
             .expect("config"),
         Load::Cycles { .. } => LockConfig::default(),

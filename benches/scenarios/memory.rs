@@ -121,7 +121,9 @@ pub async fn measure(urls: &[String], locks: usize, ttl: Duration) -> MemoryRepo
     let held = live().saturating_sub(baseline);
 
     for guard in &mut guards {
-        guard.auto_extend(AutoExtend::default());
+        guard
+            .auto_extend(AutoExtend::default())
+            .expect("the default interval is never refused");
     }
     // The first extension of a lock comes a third of the TTL after it was acquired; wait
     // until the last acquired lock was extended too, and then some.

@@ -117,6 +117,8 @@ struct Faults {
     reset_epoch: u64,
     /// Bumped by `close_all`: connections born under an older value are closed.
     close_epoch: u64,
+    /// Bumped by `strand_open`: connections born under an older value never deliver again.
+    strand_epoch: u64,
 }
 
 /// What the accept loop is doing with the listening socket.
@@ -189,9 +191,10 @@ impl Tap {
 /// | [`reset_all`](Self::reset_all) / [`close_all`](Self::close_all) | open connections end with a TCP reset (`RST`) / a normal close (`FIN`) |
 /// | [`reset_on`](Self::reset_on) | the next connection whose client sends a pattern is reset, before forwarding it or after the node answered |
 /// | [`partition`](Self::partition) | new connections refused and open ones reset: the node looks down |
+/// | [`strand_open`](Self::strand_open) | open connections go silent for good, never closed (a forgotten NAT entry); new ones work |
 /// | upstream down | a new connection is accepted, then reset at once |
 ///
-/// [`heal`](Self::heal) removes every fault. Data held by a blackhole or a
+/// [`heal`](Self::heal) removes every fault but stranding. Data held by a blackhole or a
 /// latency is delivered, in order, once the fault is lifted, as TCP would
 /// after a healed partition. Nothing is ever dropped from the middle of a
 /// stream (that would make a Redis client match replies to the wrong
@@ -304,6 +307,16 @@ impl FaultProxy {
             faults.blackhole = on;
             changed
         });
+    }
+
+    /// Strands every connection open now: from now on it delivers nothing, either way,
+    /// and is never closed, as after a NAT gateway or a firewall forgot it (data sent on
+    /// it is lost). New connections work as usual; [`heal`](Self::heal) does not revive
+    /// stranded ones.
+    pub fn strand_open(&self) {
+        self.shared
+            .faults
+            .send_modify(|faults| faults.strand_epoch += 1);
     }
 
     /// While on, the listening socket stops listening, so new connections are
@@ -695,6 +708,8 @@ enum End {
 /// Per-connection state shared by its two directions.
 #[derive(Default)]
 struct Connection {
+    /// The strand epoch the connection was born under.
+    born_strand: u64,
     /// Set by an `AfterForwarding` rule: replies are no longer delivered.
     muted: AtomicBool,
     /// Signalled when a reply arrives while muted.
@@ -720,7 +735,10 @@ async fn serve(client: TcpStream, shared: Arc<Shared>, born: (u64, u64), live: L
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
 
-    let connection = Connection::default();
+    let connection = Connection {
+        born_strand: shared.faults.borrow().strand_epoch,
+        ..Connection::default()
+    };
     let end = tokio::select! {
         end = direction(&client, &upstream, UP, &shared, &connection) => end,
         end = direction(&upstream, &client, DOWN, &shared, &connection) => end,
@@ -863,7 +881,12 @@ async fn write_side(
     let mut tail = Vec::new();
     while let Some(chunk) = rx.recv().await {
         tokio::time::sleep_until(chunk.deliver_at).await;
-        if faults.wait_for(|f| !f.blackhole).await.is_err() {
+        let stranded = connection.born_strand;
+        if faults
+            .wait_for(|f| !f.blackhole && f.strand_epoch == stranded)
+            .await
+            .is_err()
+        {
             return pending().await;
         }
         if dir == DOWN && connection.muted.load(Ordering::SeqCst) {

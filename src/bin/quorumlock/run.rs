@@ -61,7 +61,9 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     if let Some(max_hold) = args.max_hold {
         extend = extend.max_hold(max_hold);
     }
-    guard.auto_extend(extend);
+    guard
+        .auto_extend(extend)
+        .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
     report_acquired(&guard, &lock, out);
 
     let mut command = command(program, program_args, &guard);
@@ -115,9 +117,11 @@ fn lock_config(global: &GlobalArgs, args: &RunArgs) -> Result<LockConfig, CliErr
     if let Some(prefix) = &global.key_prefix {
         builder = builder.key_prefix(prefix.clone());
     }
-    if args.wait.is_some() {
-        // --wait bounds the attempts by time, not by count.
-        builder = builder.retry_count(u32::MAX);
+    // --wait bounds the attempts by time, not by count: the deadline is what lets the
+    // configuration retry without a count. `--wait 0s` keeps the default retries; its
+    // deadline, already past, ends the first attempt.
+    if let Some(wait) = args.wait.filter(|wait| !wait.is_zero()) {
+        builder = builder.retry_count(u32::MAX).acquire_timeout(wait);
     }
     builder
         .build()
