@@ -303,3 +303,70 @@ async fn a_lock_holders_claim_refuses_a_paused_holders_read_modify_write() {
     drop(first);
     second.release().await.unwrap();
 }
+
+/// Restarts one node at a time (never a majority down), acquiring between restarts, in the
+/// order that makes a node without an append-only file hand out an old token: the last
+/// token lives on node 0 alone, and the next holder reads from nodes 1 and 2.
+async fn tokens_across_restarts(cluster: &mut RedisCluster, config: LockConfig) -> Vec<u64> {
+    let lock = redlock(cluster, config).await;
+    let mut tokens = Vec::new();
+    let mut hold = |guard: quorumlock::LockGuard| {
+        tokens.push(guard.fencing_token().unwrap());
+        guard
+    };
+    hold(lock.acquire("ledger").await.unwrap())
+        .release()
+        .await
+        .unwrap();
+    cluster.node_mut(0).restart().await.unwrap();
+    hold(lock.acquire("ledger").await.unwrap())
+        .release()
+        .await
+        .unwrap();
+    for i in 1..3 {
+        cluster.node_mut(i).restart().await.unwrap();
+    }
+    cluster.node_mut(0).freeze().await.unwrap();
+    let next = lock.acquire("ledger").await.unwrap();
+    hold(next).release().await.unwrap();
+    cluster.node_mut(0).thaw().await.unwrap();
+    tokens
+}
+
+#[tokio::test]
+async fn nodes_that_would_forget_their_counters_are_refused_for_fencing() {
+    let cluster = cluster(3).await;
+    let strict = config(TTL).to_builder().fencing(true).build().unwrap();
+    let err = quorumlock::Redlock::connect(cluster.urls(), strict)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidNode { reason, .. } if reason.contains("append-only")),
+        "{err:?}"
+    );
+}
+
+/// The hazard the refusal guards against, reproduced with the opt-out: a token goes 2,
+/// then 1, with only one node restarted (empty) at a time.
+#[tokio::test]
+async fn with_the_opt_out_a_restarted_empty_node_can_hand_out_an_old_token() {
+    let mut cluster = cluster(3).await;
+    let tokens = tokens_across_restarts(&mut cluster, fenced(TTL)).await;
+    assert_eq!(tokens, [1, 2, 1]);
+}
+
+#[tokio::test]
+async fn on_nodes_with_an_append_only_file_tokens_survive_the_same_restarts() {
+    let options = NodeOptions::default().with_persistence(Persistence::AppendFsyncAlways);
+    let mut cluster = RedisCluster::start_with(3, options).await.unwrap();
+    let strict = fenced(TTL)
+        .to_builder()
+        .fencing_on_volatile_nodes(false)
+        .build()
+        .unwrap();
+    let tokens = tokens_across_restarts(&mut cluster, strict).await;
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "{tokens:?}"
+    );
+}
