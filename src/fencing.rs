@@ -17,10 +17,15 @@
 //!
 //! # Limits
 //!
-//! - The counters must never be lost: run the nodes with `appendfsync always` (or restart a
-//!   node only after every counter it held is safely on a majority of the others) and with
-//!   `maxmemory-policy noeviction`. A node that loses its counters can make a later holder
-//!   mint a token that was already used.
+//! - The counters must never be lost: run the nodes with an append-only file (`appendonly
+//!   yes`; `appendfsync always` to survive a machine crash too) and with
+//!   `maxmemory-policy noeviction`. A node that restarts empty loses its counters however
+//!   long it stays down, and one such restart at a time is enough to make a later holder
+//!   mint a token that was already used. So a lock with fencing refuses a node whose
+//!   server reports no append-only file (`aof_enabled:0`), at connect and on every
+//!   reconnect, unless
+//!   [`fencing_on_volatile_nodes`](crate::LockConfigBuilder::fencing_on_volatile_nodes) is
+//!   set.
 //! - Tokens strictly increase across holders only while the lock's own exclusion holds;
 //!   they do not repair a broken lock, they let the resource notice a stale holder.
 //! - The protected resource must check the token on every write, atomically with the write;

@@ -12,10 +12,10 @@
 //! - **A check of who answers.** Each new connection first asks the server what it is (see
 //!   [`identity`](super::identity)), and is taken into use only if the lock may count it.
 //! - **Healing.** A connection that goes silent without closing (a black-holed route, a
-//!   dead NAT entry, a frozen server) is given up once no reply has come for the silence
-//!   limit while requests waited, and a new one is made in the background. Requests made
-//!   meanwhile fail at once (the node counts as failed), so no backlog builds up for a
-//!   node that may never answer.
+//!   dead NAT entry, a frozen server) is probed once requests have waited on it with no
+//!   reply for the silence limit, given up if the probe gets no reply either, and a new one
+//!   is made in the background. Requests made meanwhile fail at once (the node counts as
+//!   failed), so no backlog builds up for a node that may never answer.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
