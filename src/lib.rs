@@ -141,6 +141,11 @@
 
 #![warn(missing_docs)]
 
+/// The `redis` crate this one is built on, whose [`Client`](redis::Client) and
+/// [`ConnectionInfo`](redis::ConnectionInfo) [`Redlock::from_clients`] and
+/// [`RedisLock::from_client`] take: use this re-export to build them with the same version.
+pub use redis;
+
 mod config;
 mod error;
 mod factory;
@@ -158,6 +163,8 @@ mod retry;
 mod round;
 mod scoped;
 mod single;
+#[cfg(feature = "tls")]
+mod tls;
 mod token;
 mod watchdog;
 
@@ -176,5 +183,7 @@ pub use metrics::LockMetrics;
 pub use redlock::Redlock;
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use single::RedisLock;
+#[cfg(feature = "tls")]
+pub use tls::TlsOptions;
 pub use token::LockToken;
 pub use watchdog::AutoExtend;

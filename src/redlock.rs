@@ -72,8 +72,68 @@ impl Redlock {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        let clients = crate::node::clients_for_urls(
+            urls,
+            #[cfg(feature = "tls")]
+            None,
+        )?;
+        Self::connect_clients(clients, config).await
+    }
+
+    /// [`connect`](Self::connect), with `tls` for the `rediss://` URLs: a private CA, a
+    /// client certificate, or no verification (see [`TlsOptions`](crate::TlsOptions)).
+    /// Giving options for a plain `redis://` URL is an [`InvalidNode`](LockError::InvalidNode)
+    /// error, since they would be ignored.
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls<I, S>(
+        urls: I,
+        tls: &crate::TlsOptions,
+        config: LockConfig,
+    ) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let clients = crate::node::clients_for_urls(urls, Some(tls))?;
+        Self::connect_clients(clients, config).await
+    }
+
+    /// A quorum lock on clients you built yourself (TLS settings, a username, RESP3, a
+    /// custom DNS resolver...), connected and checked as [`connect`](Self::connect) does.
+    /// For a [`redis::ConnectionInfo`], build its client with `redis::Client::open(info)`.
+    ///
+    /// The nodes are named after the clients' addresses, without credentials
+    /// (`redis://host:port[/db]`, `rediss://...`; see
+    /// [`client_name`](crate::node::client_name)). The connection and response timeouts of
+    /// the clients' own configuration are not used: the lock's
+    /// [`connect_timeout`](LockConfig::connect_timeout) and
+    /// [`node_timeout`](LockConfig::node_timeout) apply.
+    ///
+    /// ```no_run
+    /// use quorumlock::{redis, LockConfig, Redlock};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let clients = ["redis://a:6379", "redis://b:6379", "redis://c:6379"]
+    ///     .into_iter()
+    ///     .map(redis::Client::open)
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let lock = Redlock::from_clients(clients, LockConfig::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn from_clients(
+        clients: impl IntoIterator<Item = redis::Client>,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
+        Self::connect_clients(crate::node::named_clients(clients), config).await
+    }
+
+    async fn connect_clients(
+        clients: Vec<(String, redis::Client)>,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
         let counters = Arc::default();
-        let nodes = crate::node::connect_checked(urls, &config, &counters)
+        let nodes = crate::node::connect_checked(clients, &config, &counters)
             .await?
             .into_iter()
             .map(|node| Arc::new(node) as Arc<dyn LockNode>)

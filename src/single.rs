@@ -40,8 +40,39 @@ impl RedisLock {
     /// [`Redlock::connect`](crate::Redlock::connect) does (a server that is down now counts
     /// as failed until it comes back), and reconnected when lost.
     pub async fn connect(url: &str, config: LockConfig) -> Result<Self, LockError> {
+        let clients = crate::node::clients_for_urls(
+            [url],
+            #[cfg(feature = "tls")]
+            None,
+        )?;
+        Self::connect_clients(clients, config).await
+    }
+
+    /// [`connect`](Self::connect) with `tls` for a `rediss://` URL; see
+    /// [`Redlock::connect_tls`](crate::Redlock::connect_tls).
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(
+        url: &str,
+        tls: &crate::TlsOptions,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
+        let clients = crate::node::clients_for_urls([url], Some(tls))?;
+        Self::connect_clients(clients, config).await
+    }
+
+    /// A lock on a client you built yourself, connected and checked as
+    /// [`connect`](Self::connect) does; see
+    /// [`Redlock::from_clients`](crate::Redlock::from_clients) for naming and timeouts.
+    pub async fn from_client(client: redis::Client, config: LockConfig) -> Result<Self, LockError> {
+        Self::connect_clients(crate::node::named_clients([client]), config).await
+    }
+
+    async fn connect_clients(
+        clients: Vec<(String, redis::Client)>,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
         let counters = Arc::default();
-        let nodes = crate::node::connect_checked([url], &config, &counters)
+        let nodes = crate::node::connect_checked(clients, &config, &counters)
             .await?
             .into_iter()
             .map(|node| Arc::new(node) as Arc<dyn LockNode>)

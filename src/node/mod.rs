@@ -25,8 +25,8 @@ use tokio::sync::broadcast;
 use crate::error::NodeError;
 use crate::token::LockToken;
 
-pub(crate) use self::redis::connect_checked;
-pub use self::redis::RedisNode;
+pub use self::redis::{client_name, RedisNode};
+pub(crate) use self::redis::{clients_for_urls, connect_checked, named_clients};
 
 /// One independent lock node, as the lock algorithms see it.
 ///

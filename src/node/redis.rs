@@ -99,26 +99,42 @@ impl RedisNode {
     /// may take. Fails only when the URL is malformed. Must be called inside a tokio
     /// runtime, which the connection's background tasks run on.
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LockError> {
+        let client = redis::Client::open(url).map_err(|err| LockError::InvalidNode {
+            node: redact_url(url),
+            reason: err.to_string(),
+        })?;
+        Ok(Self::from_client(client, timeout))
+    }
+
+    /// Prepares a node on a client made by the caller (its TLS settings, username,
+    /// protocol, resolver), without waiting for a connection; see
+    /// [`connect`](Self::connect). The node is named after the client's address, without
+    /// credentials ([`client_name`]).
+    pub fn from_client(client: redis::Client, timeout: Duration) -> Self {
         let timeouts = NodeTimeouts {
             connect: timeout,
             request: timeout,
         };
-        Self::open(url, timeouts, Arc::default(), Arc::default())
+        let name = client_name(client.get_connection_info());
+        Self::open(client, name, timeouts, Arc::default(), Arc::default())
     }
 
-    /// A node for `url` among the nodes sharing `admission`, counting into `counters`.
+    /// A node on `client`, called `name` (which must hold no credentials), among the nodes
+    /// sharing `admission`, counting into `counters`.
     pub(crate) fn open(
-        url: &str,
+        client: redis::Client,
+        name: String,
         timeouts: NodeTimeouts,
         admission: Arc<Admission>,
         counters: Arc<Counters>,
-    ) -> Result<Self, LockError> {
-        let name = redact_url(url);
-        let invalid = |err: RedisError| LockError::InvalidNode {
-            node: name.clone(),
-            reason: err.to_string(),
-        };
-        let client = redis::Client::open(url).map_err(invalid)?;
+    ) -> Self {
+        #[cfg(feature = "tls")]
+        if matches!(
+            client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        ) {
+            crate::tls::install_crypto_provider();
+        }
         let releases = Arc::new(ReleaseListener::new(client.clone(), timeouts.connect));
         let config = AsyncConnectionConfig::new()
             // The link bounds the connection and the server check together.
@@ -146,7 +162,7 @@ impl RedisNode {
             kept_for: timeouts.kept_for(),
             most: MOST_UNAWAITED,
         };
-        Ok(RedisNode {
+        RedisNode {
             name,
             link: Arc::new(link),
             scripts: Arc::new(NodeScripts::new()),
@@ -155,7 +171,7 @@ impl RedisNode {
             releases,
             announce_releases: true,
             request_timeout: timeouts.request,
-        })
+        }
     }
 
     /// Connects now and checks the server; `Err` says why the server was not taken into
@@ -297,12 +313,76 @@ impl RedisNode {
     }
 }
 
-/// Nodes for `urls`, connected and checked at once: a server that cannot serve the lock
-/// (see [`identity`](super::identity)), or that another URL of the list reaches too, is an
-/// [`InvalidNode`](LockError::InvalidNode) error. A node that cannot be reached now is
-/// kept: it counts as failed until it comes back, and is checked then.
-pub(crate) async fn connect_checked<S: AsRef<str>>(
+/// The clients for `urls`, each with its name (the URL without credentials): with `tls`
+/// for `rediss://` URLs when given. A malformed URL is an
+/// [`InvalidNode`](LockError::InvalidNode) error.
+pub(crate) fn clients_for_urls<S: AsRef<str>>(
     urls: impl IntoIterator<Item = S>,
+    #[cfg(feature = "tls")] tls: Option<&crate::tls::TlsOptions>,
+) -> Result<Vec<(String, redis::Client)>, LockError> {
+    urls.into_iter()
+        .map(|url| {
+            let url = url.as_ref();
+            #[cfg(feature = "tls")]
+            if let Some(tls) = tls {
+                return tls.client(url).map(|client| (redact_url(url), client));
+            }
+            redis::Client::open(url)
+                .map(|client| (redact_url(url), client))
+                .map_err(|err| LockError::InvalidNode {
+                    node: redact_url(url),
+                    reason: err.to_string(),
+                })
+        })
+        .collect()
+}
+
+/// The clients given by the caller, each named after its address ([`client_name`]).
+pub(crate) fn named_clients(
+    clients: impl IntoIterator<Item = redis::Client>,
+) -> Vec<(String, redis::Client)> {
+    clients
+        .into_iter()
+        .map(|client| (client_name(client.get_connection_info()), client))
+        .collect()
+}
+
+/// A node's name for a client's address, as a URL without credentials:
+/// `redis://host:port[/db]`, `rediss://host:port[/db]` (TLS) or `redis+unix:///path`.
+pub fn client_name(info: &redis::ConnectionInfo) -> String {
+    use redis::ConnectionAddr;
+    let db = info.redis_settings().db();
+    let db = if db == 0 {
+        String::new()
+    } else {
+        format!("/{db}")
+    };
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) => format!("redis://{}:{port}{db}", bracketed(host)),
+        ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{}:{port}{db}", bracketed(host))
+        }
+        ConnectionAddr::Unix(path) => format!("redis+unix://{}{db}", path.display()),
+        other => format!("{other}"),
+    }
+}
+
+/// An IPv6 address in brackets, as URLs write it.
+fn bracketed(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+/// Nodes on `clients` (each with its name), connected and checked at once: a server that
+/// cannot serve the lock (see [`identity`](super::identity)), or that another client of the
+/// list reaches too, is an [`InvalidNode`](LockError::InvalidNode) error. A node that
+/// cannot be reached now is kept: it counts as failed until it comes back, and is checked
+/// then.
+pub(crate) async fn connect_checked(
+    clients: Vec<(String, redis::Client)>,
     config: &LockConfig,
     counters: &Arc<Counters>,
 ) -> Result<Vec<RedisNode>, LockError> {
@@ -313,18 +393,19 @@ pub(crate) async fn connect_checked<S: AsRef<str>>(
     let admission = Arc::new(Admission::new(
         config.fencing() && !config.fencing_on_volatile_nodes(),
     ));
-    let nodes = urls
+    let nodes: Vec<RedisNode> = clients
         .into_iter()
-        .map(|url| {
+        .map(|(name, client)| {
             RedisNode::open(
-                url.as_ref(),
+                client,
+                name,
                 timeouts,
                 Arc::clone(&admission),
                 Arc::clone(counters),
             )
-            .map(|node| node.announce_releases(config.notify_releases()))
+            .announce_releases(config.notify_releases())
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     let checks = futures::future::join_all(nodes.iter().map(RedisNode::check)).await;
     for (node, check) in nodes.iter().zip(checks) {
         match check {

@@ -189,12 +189,61 @@ pub struct NodeOptions {
     /// When set, nodes run with `--requirepass` and their URLs carry the
     /// password (`redis://:PASSWORD@127.0.0.1:PORT`).
     pub password: Option<String>,
+    /// When set, nodes also listen for TLS on a port of their own
+    /// ([`RedisProcess::tls_url`]); the plain port stays for the harness's own
+    /// connections (readiness, helpers). Process backend only.
+    pub tls: Option<NodeTls>,
+}
+
+/// The TLS settings of a test node (`--tls-port`, `--tls-cert-file`, `--tls-key-file`,
+/// `--tls-ca-cert-file`, `--tls-auth-clients`); needs a `redis-server` built with TLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeTls {
+    /// The server's certificate (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The CA that client certificates must chain to (PEM).
+    pub ca: PathBuf,
+    /// Whether clients must present a certificate (mutual TLS).
+    pub auth_clients: bool,
+}
+
+impl NodeTls {
+    /// The server side of `certs`: its server certificate and CA, with client
+    /// certificates required if `auth_clients`.
+    pub fn from_certificates(certs: &super::tls::TestCertificates, auth_clients: bool) -> Self {
+        NodeTls {
+            cert: certs.server_cert(),
+            key: certs.server_key(),
+            ca: certs.ca_cert(),
+            auth_clients,
+        }
+    }
+
+    fn server_args(&self, port: u16) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec!["--tls-port".into(), port.to_string().into()];
+        args.extend(["--tls-cert-file".into(), self.cert.clone().into()]);
+        args.extend(["--tls-key-file".into(), self.key.clone().into()]);
+        args.extend(["--tls-ca-cert-file".into(), self.ca.clone().into()]);
+        args.extend([
+            "--tls-auth-clients".into(),
+            if self.auth_clients { "yes" } else { "no" }.into(),
+        ]);
+        args
+    }
 }
 
 impl NodeOptions {
     /// Returns these options with `persistence` set.
     pub fn with_persistence(mut self, persistence: Persistence) -> Self {
         self.persistence = persistence;
+        self
+    }
+
+    /// Returns these options with TLS set (see [`NodeOptions::tls`]).
+    pub fn with_tls(mut self, tls: NodeTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -677,6 +726,8 @@ pub struct RedisProcess {
     binary: ServerBinary,
     options: NodeOptions,
     port: u16,
+    /// The TLS port, when the options ask for TLS.
+    tls_port: Option<u16>,
     child: Option<Child>,
     state: NodeState,
     // Declared last so it is removed only after `Drop::drop` has killed the process.
@@ -703,6 +754,7 @@ impl RedisProcess {
             .tempdir()?;
         let mut node = RedisProcess {
             binary,
+            tls_port: None,
             options,
             port,
             child: None,
@@ -710,6 +762,9 @@ impl RedisProcess {
             dir,
         };
         let mut attempt = 1;
+        if node.options.tls.is_some() {
+            node.tls_port = Some(free_port()?);
+        }
         loop {
             match node.launch(attempt).await {
                 Ok(()) => return Ok(node),
@@ -718,6 +773,9 @@ impl RedisProcess {
                 {
                     attempt += 1;
                     node.port = free_port()?;
+                    if node.tls_port.is_some() {
+                        node.tls_port = Some(free_port()?);
+                    }
                 }
                 Err(e) => return Err(e),
             }
@@ -728,6 +786,22 @@ impl RedisProcess {
     /// `redis://:PASSWORD@127.0.0.1:PORT` when a password is set.
     pub fn url(&self) -> String {
         self.options.url("127.0.0.1", self.port)
+    }
+
+    /// The node's TLS URL, `rediss://[:PASSWORD@]127.0.0.1:TLS_PORT`, when it runs with
+    /// [`NodeOptions::tls`].
+    pub fn tls_url(&self) -> Option<String> {
+        let port = self.tls_port?;
+        Some(
+            self.options
+                .url("127.0.0.1", port)
+                .replacen("redis://", "rediss://", 1),
+        )
+    }
+
+    /// The node's TLS port on 127.0.0.1, when it runs with [`NodeOptions::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The node's TCP port on 127.0.0.1 (stable across [`restart`](Self::restart)).
@@ -935,6 +1009,9 @@ impl RedisProcess {
             .arg("--logfile")
             .arg(&log_path)
             .args(self.options.server_args());
+        if let (Some(tls), Some(port)) = (&self.options.tls, self.tls_port) {
+            cmd.args(tls.server_args(port));
+        }
         if self.binary.major.is_some_and(|major| major >= 7) {
             cmd.args(["--enable-debug-command", "local"]);
         }
@@ -1127,6 +1204,15 @@ impl RedisCluster {
     /// The nodes' URLs, in node order.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisProcess::url).collect()
+    }
+
+    /// Every node's TLS URL ([`RedisProcess::tls_url`]), in node order; empty unless the
+    /// nodes run with [`NodeOptions::tls`].
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(RedisProcess::tls_url)
+            .collect()
     }
 
     /// Node `i`.

@@ -79,10 +79,13 @@ mod cluster;
 #[cfg(feature = "testcontainers")]
 pub mod containers;
 mod proxy;
+mod tls;
 
 pub use cluster::{
-    NodeOptions, NodeState, Persistence, RedisCluster, RedisProcess, TestkitError, REDIS_SERVER_ENV,
+    NodeOptions, NodeState, NodeTls, Persistence, RedisCluster, RedisProcess, TestkitError,
+    REDIS_SERVER_ENV,
 };
 #[cfg(feature = "testcontainers")]
 pub use containers::{start_containers, start_containers_with, ContainerCluster, RedisContainer};
 pub use proxy::{Direction, FaultProxy, ProxiedCluster, ResetWhen, Tap};
+pub use tls::TestCertificates;

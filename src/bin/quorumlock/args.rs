@@ -124,6 +124,53 @@ pub struct GlobalArgs {
     /// Say what happens on stderr: the token taken, signals sent, the release.
     #[arg(short, long, global = true)]
     pub verbose: bool,
+
+    /// TLS settings for rediss:// nodes.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// How rediss:// nodes are verified and how quorumlock authenticates to them
+/// (docs/operations.md, "TLS").
+#[derive(Debug, Default, Args)]
+#[command(next_help_heading = "TLS (rediss:// nodes)")]
+pub struct TlsArgs {
+    /// Trust the CA certificates in FILE (PEM) instead of the public roots: for servers
+    /// whose certificates come from a private CA.
+    #[arg(long, global = true, env = "QUORUMLOCK_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+
+    /// Present the client certificate in FILE (PEM), for servers that require one
+    /// (tls-auth-clients yes); needs --tls-key.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// Do not verify the servers' certificates or host names. For development only: anyone
+    /// on the network path could impersonate the nodes. QUORUMLOCK_TLS_INSECURE takes
+    /// 1/0, true/false, yes/no, on/off.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_TLS_INSECURE",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub tls_insecure: bool,
 }
 
 /// The subcommands.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use quorumlock::node::redact_url;
-use quorumlock::{LockConfig, LockError, LockGuard, RedisLock, Redlock};
+use quorumlock::{LockConfig, LockError, LockGuard, RedisLock, Redlock, TlsOptions};
 
 use crate::args::GlobalArgs;
 use crate::exit::{CliError, Kind};
@@ -50,17 +50,39 @@ pub fn lock_key(global: &GlobalArgs, resource: &str) -> Result<String, CliError>
         .map_err(|error| CliError::from_lock(&error))
 }
 
-/// Checks every URL up front, so that a malformed one is a configuration error (exit 78)
-/// before any node is asked anything.
-pub fn check_urls(urls: &[String]) -> Result<Vec<redis::Client>, CliError> {
+/// The TLS options of `--tls-ca`, `--tls-cert`, `--tls-key` and `--tls-insecure`; an
+/// unreadable file is a configuration error (exit 78).
+pub fn tls_options(global: &GlobalArgs) -> Result<TlsOptions, CliError> {
+    let tls = &global.tls;
+    let unreadable = |error: std::io::Error| CliError::new(Kind::Config, error.to_string());
+    let mut options = TlsOptions::new().insecure(tls.tls_insecure);
+    if let Some(ca) = &tls.tls_ca {
+        options = options.ca_file(ca).map_err(unreadable)?;
+    }
+    if let (Some(cert), Some(key)) = (&tls.tls_cert, &tls.tls_key) {
+        options = options
+            .client_identity_files(cert, key)
+            .map_err(unreadable)?;
+    }
+    Ok(options)
+}
+
+/// The client for each URL, with the TLS options for `rediss://` ones, checked up front
+/// so that a malformed URL is a configuration error (exit 78) before any node is asked
+/// anything. TLS options with a plain `redis://` URL are one too.
+pub fn check_urls(global: &GlobalArgs, urls: &[String]) -> Result<Vec<redis::Client>, CliError> {
+    let tls = tls_options(global)?;
     urls.iter()
         .map(|url| {
-            redis::Client::open(url.as_str()).map_err(|error| {
-                CliError::from_lock(&LockError::InvalidNode {
+            let client = if tls.is_default() {
+                redis::Client::open(url.as_str()).map_err(|error| LockError::InvalidNode {
                     node: redact_url(url),
                     reason: error.to_string(),
                 })
-            })
+            } else {
+                tls.client(url)
+            };
+            client.map_err(|error| CliError::from_lock(&error))
         })
         .collect()
 }
@@ -80,12 +102,20 @@ pub enum AnyLock {
 }
 
 impl AnyLock {
-    /// Prepares the lock on `urls` (connections are made on first use).
-    pub async fn connect(urls: &[String], config: LockConfig) -> Result<Self, CliError> {
-        check_urls(urls)?;
-        let lock = match urls {
-            [url] => RedisLock::connect(url, config).await.map(AnyLock::Single),
-            _ => Redlock::connect(urls, config).await.map(AnyLock::Quorum),
+    /// Prepares the lock on `urls`, with the TLS options of `global`.
+    pub async fn connect(
+        global: &GlobalArgs,
+        urls: &[String],
+        config: LockConfig,
+    ) -> Result<Self, CliError> {
+        let mut clients = check_urls(global, urls)?;
+        let lock = match clients.len() {
+            1 => RedisLock::from_client(clients.remove(0), config)
+                .await
+                .map(AnyLock::Single),
+            _ => Redlock::from_clients(clients, config)
+                .await
+                .map(AnyLock::Quorum),
         };
         lock.map_err(|error| CliError::from_lock(&error))
     }
@@ -131,6 +161,7 @@ mod tests {
             connect_timeout: None,
             json: false,
             verbose: false,
+            tls: Default::default(),
         }
     }
 
@@ -152,7 +183,11 @@ mod tests {
 
     #[test]
     fn malformed_urls_are_config_errors_without_passwords() {
-        let err = check_urls(&["redis://:hunter2@host:notaport".to_owned()]).unwrap_err();
+        let err = check_urls(
+            &global(None),
+            &["redis://:hunter2@host:notaport".to_owned()],
+        )
+        .unwrap_err();
         assert_eq!(err.code(), 78);
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }

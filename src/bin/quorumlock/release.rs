@@ -48,10 +48,15 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
         ));
     }
     let urls = node_urls(global)?;
-    check_urls(&urls)?;
+    let clients = check_urls(global, &urls)?;
     let token = LockToken::from_string(args.token.clone());
     let budget = operator_timeout(global);
-    let outcomes = join_all(urls.iter().map(|url| unlock(url, &key, &token, budget))).await;
+    let outcomes = join_all(
+        clients
+            .into_iter()
+            .map(|client| unlock(client, &key, &token, budget)),
+    )
+    .await;
     let names: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
     let quorum = quorum(names.len());
     let decision = decide(&outcomes, quorum);
@@ -122,11 +127,13 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
 }
 
 /// Compare-and-delete on one node, within `budget` (connection included).
-async fn unlock(url: &str, key: &str, token: &LockToken, budget: Duration) -> NodeOutcome {
-    let node = match RedisNode::connect(url, budget).await {
-        Ok(node) => node,
-        Err(error) => return NodeOutcome::Failed(error.to_string()),
-    };
+async fn unlock(
+    client: redis::Client,
+    key: &str,
+    token: &LockToken,
+    budget: Duration,
+) -> NodeOutcome {
+    let node = RedisNode::from_client(client, budget);
     let keys: [Arc<str>; 1] = [Arc::from(key)];
     match tokio::time::timeout(budget, node.unlock(&keys, token)).await {
         Err(_) => NodeOutcome::Failed(format!("timed out after {}", format_duration(budget))),

@@ -25,7 +25,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     let urls = node_urls(global)?;
     let config = lock_config(global, args)?;
     let node_timeout = config.node_timeout();
-    let lock = AnyLock::connect(&urls, config).await?;
+    let lock = AnyLock::connect(global, &urls, config).await?;
     // Installed before the wait, so that a signal while waiting ends it cleanly; from then
     // on these signals no longer kill quorumlock, and are passed on to the command.
     let mut signals = Forwarded::install()?;

@@ -65,7 +65,7 @@ impl Verdict {
 pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Result<u8, CliError> {
     let key = lock_key(global, &args.resource)?;
     let urls = node_urls(global)?;
-    let clients = check_urls(&urls)?;
+    let clients = check_urls(global, &urls)?;
     let budget = operator_timeout(global);
     let views = join_all(
         clients
@@ -123,12 +123,15 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
     Ok(0)
 }
 
-/// `GET` and `PTTL` of `key` on one node, atomically, within `budget` (connection included).
+/// `GET` and `PTTL` of `key` on one node, within `budget` (connection included).
+///
+/// Two plain commands in one pipeline, no `MULTI`/`EXEC`: a lock's user needs no
+/// transaction rights (docs/operations.md, "ACL users"). A key that expires between the
+/// two reads (`PTTL` -2) is reported free, as it is by then.
 async fn read_node(client: redis::Client, key: &str, budget: Duration) -> NodeView {
     let query = async {
         let mut connection = client.get_multiplexed_async_connection().await?;
         let reply: (Option<Vec<u8>>, i64) = redis::pipe()
-            .atomic()
             .cmd("GET")
             .arg(key)
             .cmd("PTTL")
@@ -140,7 +143,7 @@ async fn read_node(client: redis::Client, key: &str, budget: Duration) -> NodeVi
     match tokio::time::timeout(budget, query).await {
         Err(_) => NodeView::Failed(format!("timed out after {}", format_duration(budget))),
         Ok(Err(error)) => NodeView::Failed(error.to_string()),
-        Ok(Ok((None, _))) => NodeView::Free,
+        Ok(Ok((None, _) | (Some(_), -2))) => NodeView::Free,
         Ok(Ok((Some(value), pttl))) => NodeView::Held {
             token: String::from_utf8_lossy(&value).into_owned(),
             ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
