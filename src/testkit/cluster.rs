@@ -347,10 +347,10 @@ fn is_executable_file(path: &Path) -> bool {
     }
 }
 
-/// `$QUORUMLOCK_REDIS_SERVER`, else `redis-server` on `PATH`, else the usual
-/// install locations.
+/// `$QUORUMLOCK_REDIS_SERVER` (unless empty), else `redis-server` on `PATH`, else the
+/// usual install locations.
 fn locate_redis_server() -> Result<PathBuf> {
-    if let Some(explicit) = std::env::var_os(REDIS_SERVER_ENV) {
+    if let Some(explicit) = std::env::var_os(REDIS_SERVER_ENV).filter(|value| !value.is_empty()) {
         let path = PathBuf::from(explicit);
         if is_executable_file(&path) {
             return Ok(path);
@@ -594,11 +594,9 @@ pub(crate) async fn flush_all<N: DirectNode>(nodes: &[N]) -> Result<()> {
 async fn probe(url: &str, expected_pid: Option<u32>) -> bool {
     let exchange = async {
         let mut con = connect(url, PROBE_TIMEOUT).await?;
-        redis::cmd("INFO")
-            .arg("server")
-            .arg("persistence")
-            .query_async::<String>(&mut con)
-            .await
+        // Every default section (server and persistence among them): `INFO` with several
+        // section names is Redis 7+, and 6.2 refuses it.
+        redis::cmd("INFO").query_async::<String>(&mut con).await
     };
     let Ok(Ok(info)) = tokio::time::timeout(PROBE_TIMEOUT, exchange).await else {
         return false;
