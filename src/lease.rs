@@ -157,6 +157,12 @@ impl Lease {
         self.state.borrow().clone()
     }
 
+    /// When the acquisition round that took the lease began.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn acquired_at(&self) -> Instant {
+        self.state.borrow().acquired_at
+    }
+
     pub(crate) fn deadline(&self) -> Instant {
         self.state.borrow().deadline
     }

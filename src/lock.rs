@@ -231,6 +231,12 @@ macro_rules! impl_distributed_lock {
             pub fn metrics(&self) -> $crate::LockMetrics {
                 self.coordinator.counters().snapshot()
             }
+
+            /// Each node's counters (replies, errors, timeouts, latency, last error), in
+            /// node order; see [`NodeMetrics`]($crate::NodeMetrics).
+            pub fn node_metrics(&self) -> Vec<$crate::NodeMetrics> {
+                self.coordinator.node_metrics()
+            }
         }
 
         impl $crate::DistributedLock for $kind {

@@ -1,6 +1,7 @@
 //! Counters of what the locks did, for export as metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A snapshot of a lock's counters, shared by every lock instance derived from the same
 /// connections (clones, [`with_config`](crate::DistributedLock::with_config), factories).
@@ -93,5 +94,56 @@ impl Counters {
             unawaited_dropped: read(&self.unawaited_dropped),
             reconnects: read(&self.reconnects),
         }
+    }
+}
+
+/// A snapshot of one node's counters, from `node_metrics()` (on
+/// [`Redlock`](crate::Redlock) and [`RedisLock`](crate::RedisLock)), shared like
+/// [`LockMetrics`].
+///
+/// The counters only grow. A node whose `errors` or `timeouts` rise while the others' do
+/// not is failing, and the lock tolerates one failure fewer meanwhile: alert on it even
+/// though every acquisition still succeeds.
+///
+/// ```no_run
+/// # fn run(lock: quorumlock::Redlock) {
+/// for node in lock.node_metrics() {
+///     println!(
+///         "{}: {} replies (mean {:?}), {} errors, {} timeouts, last error {:?}",
+///         node.node,
+///         node.replies,
+///         node.mean_latency(),
+///         node.errors,
+///         node.timeouts,
+///         node.last_error,
+///     );
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeMetrics {
+    /// The node's name (its URL without credentials).
+    pub node: String,
+    /// Requests the node answered (a refusal is an answer), counted by the rounds that
+    /// awaited them.
+    pub replies: u64,
+    /// Requests that failed other than by a timeout: connection errors, error replies.
+    pub errors: u64,
+    /// Requests that got no answer within the per-node timeout.
+    pub timeouts: u64,
+    /// The summed latency of the answered requests.
+    pub latency_total: Duration,
+    /// The longest latency of an answered request.
+    pub latency_max: Duration,
+    /// The last failure's reason, if the node ever failed.
+    pub last_error: Option<String>,
+}
+
+impl NodeMetrics {
+    /// The mean latency of the answered requests, if any.
+    pub fn mean_latency(&self) -> Option<Duration> {
+        let replies = u32::try_from(self.replies).ok().filter(|&n| n > 0)?;
+        Some(self.latency_total / replies)
     }
 }

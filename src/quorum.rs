@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::config::LockConfig;
 use crate::error::{LockError, NodeError, NodeFailure, Tally};
@@ -20,8 +21,9 @@ use crate::fencing;
 use crate::guard::LockGuard;
 use crate::handoff::{LocalQueues, ReleaseWatches};
 use crate::lease::Lease;
-use crate::metrics::Counters;
+use crate::metrics::{Counters, NodeMetrics};
 use crate::node::{LockNode, QueuePlace};
+use crate::observe::{self, Observed};
 use crate::resource::{Keys, Resources};
 use crate::retry::retry_wait;
 use crate::round::Round;
@@ -34,6 +36,8 @@ pub(crate) type NodeSet = Arc<[Arc<dyn LockNode>]>;
 pub(crate) struct Coordinator {
     nodes: NodeSet,
     counters: Arc<Counters>,
+    /// Per-node counters, the failing-node warnings and the metrics handles.
+    observed: Arc<Observed>,
     queues: Arc<LocalQueues>,
     /// This client's id in the nodes' queues: the nodes announce the keys they reserve for
     /// its waiters on a channel of its own (see [`QueuePlace::waiter`]).
@@ -126,6 +130,7 @@ impl Coordinator {
         }
         let quorum = nodes.len() / 2 + 1;
         Ok(Coordinator {
+            observed: Arc::new(Observed::new(&nodes)),
             nodes: nodes.into(),
             counters,
             queues: Arc::default(),
@@ -141,6 +146,7 @@ impl Coordinator {
         Coordinator {
             nodes: Arc::clone(&self.nodes),
             counters: Arc::clone(&self.counters),
+            observed: Arc::clone(&self.observed),
             queues: Arc::clone(&self.queues),
             client: Arc::clone(&self.client),
             reservations: Arc::clone(&self.reservations),
@@ -165,6 +171,10 @@ impl Coordinator {
         &self.counters
     }
 
+    pub(crate) fn node_metrics(&self) -> Vec<NodeMetrics> {
+        self.observed.snapshot()
+    }
+
     /// Whether `other` runs on the very same node connections.
     pub(crate) fn shares_nodes_with(&self, other: &Coordinator) -> bool {
         Arc::ptr_eq(&self.nodes, &other.nodes)
@@ -177,8 +187,45 @@ impl Coordinator {
         self: &Arc<Self>,
         resources: &[&str],
     ) -> Result<LockGuard, LockError> {
-        let resources = Resources::new(&self.config, resources)?;
-        self.attempt(&resources, Asking::Plain).await
+        let span = tracing::debug_span!(
+            "quorumlock.acquire",
+            resource = tracing::field::Empty,
+            attempts = 1,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = async {
+            let resources = Resources::new(&self.config, resources)?;
+            span.record("resource", resources.name.as_str());
+            self.attempt(&resources, Asking::Plain).await
+        }
+        .instrument(span.clone())
+        .await;
+        self.acquisition_ended(&span, &result, started);
+        result
+    }
+
+    /// Notes how an acquisition ended: on its span, and in the metrics.
+    fn acquisition_ended(
+        &self,
+        span: &tracing::Span,
+        result: &Result<LockGuard, LockError>,
+        started: Instant,
+    ) {
+        let outcome = observe::acquire_outcome(result);
+        span.record("outcome", outcome);
+        #[cfg(feature = "metrics")]
+        {
+            self.observed.meters.acquisition(outcome);
+            if result.is_ok() {
+                self.observed
+                    .meters
+                    .acquire_wait
+                    .record(started.elapsed().as_secs_f64());
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = started;
     }
 
     /// One round over already validated resources; see [`try_acquire`](Self::try_acquire).
@@ -225,12 +272,20 @@ impl Coordinator {
             self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode, &mut answers)
                 .await;
         }
+        let (granted, refused, failed) = (tally.granted, tally.refused.len(), tally.failures.len());
         let error = match self.confirm(resource, &keys, tally, started).await {
             Ok((deadline, fencing_token)) => {
                 cleanup.disarm();
                 Counters::bump(&self.counters.acquired);
+                // The tally: with `failed` > 0 the lock was won with less fault tolerance
+                // left (each failing node is also warned about, rate-limited).
                 tracing::debug!(
                     resource,
+                    nodes = self.nodes.len(),
+                    quorum = self.quorum,
+                    granted,
+                    refused,
+                    failed,
                     elapsed_us = micros(started.elapsed()),
                     validity_ms = millis(deadline.saturating_duration_since(Instant::now())),
                     fencing_token,
@@ -463,8 +518,32 @@ impl Coordinator {
         resources: &[&str],
         deadline: Option<Instant>,
     ) -> Result<LockGuard, LockError> {
+        let span = tracing::debug_span!(
+            "quorumlock.acquire",
+            resource = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self
+            .acquire_in(resources, deadline, &span)
+            .instrument(span.clone())
+            .await;
+        self.acquisition_ended(&span, &result, started);
+        result
+    }
+
+    /// [`acquire`](Self::acquire), noting the resource and the attempts on `span`.
+    async fn acquire_in(
+        self: &Arc<Self>,
+        resources: &[&str],
+        deadline: Option<Instant>,
+        span: &tracing::Span,
+    ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let validated = Resources::new(&self.config, resources)?;
+        span.record("resource", validated.name.as_str());
+        let mut attempts: u64 = 0;
         let keys = &validated.keys;
         let timed_out = |last: Option<LockError>| LockError::TimedOut {
             resource: validated.name.clone(),
@@ -512,6 +591,8 @@ impl Coordinator {
                 releases.mark_seen();
             }
             let attempt_started = Instant::now();
+            attempts += 1;
+            span.record("attempts", attempts);
             // The first attempt is a plain one, the same as an uncontended lock takes; every
             // later one queues (or refreshes the place) when refused.
             let queued_place = queued.as_ref().and(place.clone());
@@ -612,6 +693,26 @@ impl Coordinator {
     /// acquisition's late `SET`s are settled in the background, what each node answered is
     /// recorded in the lease for [`finish_stragglers`](Self::finish_stragglers).
     pub(crate) async fn release(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
+        let span = tracing::debug_span!(
+            "quorumlock.release",
+            resource = lease.resource.as_str(),
+            outcome = tracing::field::Empty,
+        );
+        #[cfg(feature = "metrics")]
+        self.observed
+            .meters
+            .hold
+            .record(lease.acquired_at().elapsed().as_secs_f64());
+        let result = self.release_in(lease).instrument(span.clone()).await;
+        let outcome = observe::settle_outcome(&result, "released");
+        span.record("outcome", outcome);
+        #[cfg(feature = "metrics")]
+        self.observed.meters.release(outcome);
+        result
+    }
+
+    /// [`release`](Self::release), within its span.
+    async fn release_in(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
         let resource = lease.resource.as_str();
         let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
         let mut tally = self.empty_tally();
@@ -645,6 +746,30 @@ impl Coordinator {
     /// the new deadline, counted from before the first request. Refused once the current
     /// deadline has passed, and failed if a quorum did not confirm before it.
     pub(crate) async fn refresh(
+        &self,
+        resource: &str,
+        keys: &Keys,
+        token: &LockToken,
+        current_deadline: Instant,
+    ) -> Result<Instant, LockError> {
+        let span = tracing::debug_span!(
+            "quorumlock.refresh",
+            resource,
+            outcome = tracing::field::Empty,
+        );
+        let result = self
+            .refresh_in(resource, keys, token, current_deadline)
+            .instrument(span.clone())
+            .await;
+        let outcome = observe::settle_outcome(&result, "extended");
+        span.record("outcome", outcome);
+        #[cfg(feature = "metrics")]
+        self.observed.meters.refresh(outcome);
+        result
+    }
+
+    /// [`refresh`](Self::refresh), within its span.
+    async fn refresh_in(
         &self,
         resource: &str,
         keys: &Keys,
@@ -714,6 +839,11 @@ impl Coordinator {
     /// dropped without a release. Never blocks; without a tokio runtime the keys simply
     /// expire after their TTL.
     pub(crate) fn release_in_background(&self, lease: Arc<Lease>) {
+        #[cfg(feature = "metrics")]
+        self.observed
+            .meters
+            .hold
+            .record(lease.acquired_at().elapsed().as_secs_f64());
         let in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
         spawn_detached(record_unlocks(in_flight, lease));
     }
@@ -958,6 +1088,7 @@ impl Coordinator {
             _ => &self.counters.node_errors,
         };
         Counters::bump(counter);
+        self.observed.failed(index, &error);
         tracing::debug!(node = node.name(), %error, "node failed");
         tally.failures.push(NodeFailure {
             node: node.name().to_owned(),
@@ -982,6 +1113,9 @@ impl Coordinator {
                 latency_us = micros(latency),
                 "node replied"
             );
+            if reply.is_ok() {
+                self.observed.replied(index, latency);
+            }
             if let Some(slot) = answers.get_mut(index) {
                 *slot = Some(match reply {
                     Ok(true) => Answer::Granted,

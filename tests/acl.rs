@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster, RedisProcess};
-use quorumlock::{redis, DistributedLock, LockConfig, Redlock};
+use quorumlock::{redis, LockConfig, Redlock};
 
 /// The key prefix of the locks here; the user may touch nothing else but the library's own
 /// `quorumlock:` keys.
