@@ -214,7 +214,11 @@ impl Link {
     fn probe(self: &Arc<Self>, mut connection: MultiplexedConnection, generation: u64) {
         let link = Arc::clone(self);
         let limit = self.settings.silence_limit;
-        crate::quorum::spawn_detached(async move {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.silence.end_probe();
+            return;
+        };
+        drop(runtime.spawn(async move {
             let ping = redis::cmd("PING");
             match tokio::time::timeout(limit, connection.send_packed_command(&ping)).await {
                 Ok(Ok(_)) => link.silence.answered(),
@@ -235,7 +239,7 @@ impl Link {
                 }
             }
             link.silence.end_probe();
-        });
+        }));
     }
 
     /// Waits in the line for a connection: the open one, or the one being made.

@@ -119,7 +119,11 @@ impl RedisNode {
             reason: err.to_string(),
         };
         let client = redis::Client::open(url).map_err(invalid)?;
-        let releases = Arc::new(ReleaseListener::new(client.clone(), timeouts.connect));
+        let releases = Arc::new(ReleaseListener::new(
+            client.clone(),
+            timeouts.connect,
+            timeouts.request,
+        ));
         let config = AsyncConnectionConfig::new()
             // The link bounds the connection and the server check together.
             .set_connection_timeout(None)
