@@ -160,8 +160,8 @@ impl Link {
     /// Sends `command` and returns the reply, connecting first if needed. Once polled,
     /// the command keeps its place: it reaches the server after every command polled
     /// before it on this link, and before every command polled after it.
-    pub(crate) async fn send(self: Arc<Self>, command: &Cmd) -> RedisResult<Value> {
-        let now = Instant::now();
+    /// `now` is the time the request is made, for the silence check.
+    pub(crate) async fn send(self: Arc<Self>, command: &Cmd, now: Instant) -> RedisResult<Value> {
         if self.in_line.load(Ordering::SeqCst) == 0 {
             if let Some((mut connection, generation)) = self.open_connection(now) {
                 return self.finish(connection.send_packed_command(command).await, generation);
@@ -492,10 +492,17 @@ impl Silence {
     }
 
     fn sent(&self, at: Instant) {
-        let stamp = self.stamp(at);
-        let _ =
-            self.oldest_unanswered
-                .compare_exchange(0, stamp, Ordering::Relaxed, Ordering::Relaxed);
+        // Most requests find a stamp there already (others are waiting): no locked
+        // instruction for them.
+        if self.oldest_unanswered.load(Ordering::Relaxed) == 0 {
+            let stamp = self.stamp(at);
+            let _ = self.oldest_unanswered.compare_exchange(
+                0,
+                stamp,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
     }
 
     fn answered(&self) {
