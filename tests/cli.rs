@@ -661,9 +661,12 @@ fn alive(pid: i32) -> bool {
 
 /// Kills a process a failed test left behind.
 fn kill_leftover(pid: i32) {
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status();
+    if alive(pid) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// Sends `signal` to process `pid`.
@@ -1075,9 +1078,9 @@ async fn degraded_nodes_are_named_and_events_carry_time_and_tally() {
         command
     };
     // The round stops at a quorum; a refused connection is all but always in by then, and
-    // a few tries rule out the rare round that was decided first.
+    // a few tries rule out the round that was decided first (about 1 in 5 here).
     let mut warned = None;
-    for _ in 0..5 {
+    for _ in 0..10 {
         let result = output(&mut run(&[])).await;
         assert_eq!(code(&result), 0, "{}", stderr(&result));
         let text = stderr(&result);
@@ -1099,7 +1102,7 @@ async fn degraded_nodes_are_named_and_events_carry_time_and_tally() {
     assert_eq!(stderr(&quiet), "");
 
     let mut degraded = None;
-    for _ in 0..5 {
+    for _ in 0..10 {
         let result = output(&mut run(&["--json"])).await;
         let events = events(&result);
         for event in &events {
