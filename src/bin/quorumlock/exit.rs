@@ -117,7 +117,7 @@ pub struct CliError {
     /// What to do about it, when there is something to say.
     pub hint: Option<String>,
     /// The count of nodes behind a lock error, for `--json`.
-    pub tally: Option<Tally>,
+    pub tally: Option<Box<Tally>>,
     /// An exit code chosen on the command line (`-E` for a lock held elsewhere).
     pub code: Option<u8>,
 }
@@ -190,7 +190,7 @@ impl CliError {
             _ => None,
         };
         let mut cli = CliError::new(kind, error.to_string());
-        cli.tally = tally_of(error).cloned();
+        cli.tally = tally_of(error).cloned().map(Box::new);
         match hint {
             Some(hint) => cli.hint(hint),
             None => cli,

@@ -226,7 +226,7 @@ pub fn error_event(error: &CliError) -> Event {
         exit_code: error.code(),
         message: error.message.clone(),
         hint: error.hint.clone(),
-        tally: error.tally.as_ref().map(TallyJson::from),
+        tally: error.tally.as_deref().map(TallyJson::from),
     }
 }
 
