@@ -823,6 +823,25 @@ async fn background_processes_keep_the_lock_unless_told_otherwise() {
     for node in cluster.nodes() {
         assert_eq!(node.get("bg").await.unwrap(), None);
     }
+
+    // --foreground: the command shares quorumlock's group, so its children are not
+    // watched (nor signalled), as with timeout --foreground.
+    let pidfile = dir.path().join("foreground");
+    let result = output(
+        quorumlock(&cluster)
+            .args(["run", "--node-timeout", RUN_NODE_TIMEOUT])
+            .args(["-r", "bg", "--foreground", "--"])
+            .args(forking(&pidfile, "sleep 30", "exit 0")),
+    )
+    .await;
+    let grandchild = read_pid(&pidfile).await;
+    let survived = alive(grandchild);
+    kill_leftover(grandchild);
+    assert_eq!(code(&result), 0, "{}", stderr(&result));
+    assert!(
+        survived,
+        "--foreground does not wait for the command's children"
+    );
 }
 
 /// Item 2: an option that is not one is a usage error before the lock is taken, never

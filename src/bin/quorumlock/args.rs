@@ -373,6 +373,49 @@ mod tests {
         assert!(err.to_string().contains("30s"), "{err}");
     }
 
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["quorumlock", "run"].iter().chain(args))?;
+        match cli.command {
+            Command::Run(run) => Ok(run),
+            _ => panic!("not run"),
+        }
+    }
+
+    #[test]
+    fn flocks_short_flags_are_taken() {
+        let run = run_args(&["-r", "j", "-w", "5", "-E", "3", "--", "true"]).unwrap();
+        assert_eq!(run.wait, Some(Duration::from_secs(5)));
+        assert_eq!(run.conflict_exit_code, 3);
+        let run = run_args(&["-r", "j", "-n", "true"]).unwrap();
+        assert!(run.no_wait);
+        assert_eq!(run.conflict_exit_code, exit::HELD);
+        assert_eq!(run.orphans, Orphans::Wait);
+        assert!(run_args(&["-r", "j", "-E", "256", "true"]).is_err());
+    }
+
+    #[test]
+    fn unknown_options_before_the_command_are_errors_not_commands() {
+        for typo in ["-x", "--no-wiat", "--wiat=5s"] {
+            let err = run_args(&[typo, "-r", "j", "--", "true"]).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{typo}"
+            );
+        }
+        // From the command's first word on, everything is the command's.
+        let run = run_args(&["-r", "j", "sh", "-c", "exit 3", "-x"]).unwrap();
+        assert_eq!(run.command, ["sh", "-c", "exit 3", "-x"]);
+    }
+
+    #[test]
+    fn quiet_and_verbose_conflict() {
+        let err = Cli::try_parse_from(["quorumlock", "-q", "-v", "status", "j"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let cli = Cli::try_parse_from(["quorumlock", "-vv", "status", "j"]).unwrap();
+        assert_eq!(cli.global.verbose, 2);
+    }
+
     #[test]
     fn help_lists_the_exit_codes() {
         let help = Cli::command().render_help().to_string();
