@@ -364,7 +364,13 @@ async fn supervise(
                     action: action.to_owned(),
                 };
                 let always = args.orphans == Orphans::Leave;
+                let stopping = kill_at.is_some() || killed_at.is_some();
                 out.event(always, &event, || match args.orphans {
+                    // They were already told to stop: the lock is kept no longer than that.
+                    Orphans::Wait if stopping => "the command exited; processes it started \
+                                                  still run in its group: keeping the lock \
+                                                  until they end, SIGKILL after --kill-after"
+                        .to_owned(),
                     Orphans::Wait => "the command exited; processes it started still run in \
                                       its group: keeping the lock until they end (--orphans)"
                         .to_owned(),
