@@ -250,12 +250,14 @@ pub struct RunArgs {
     #[arg(long, requires = "fencing")]
     pub fencing_on_volatile_nodes: bool,
 
-    /// The signal sent to the command when the lock is lost: a name (TERM, INT, HUP,
-    /// KILL, USR1, ...), a number, or "none" to let it finish (quorumlock still exits 70).
+    /// The signal sent to the command's process group when the lock is lost: a name (TERM,
+    /// INT, HUP, KILL, USR1, ...), a number, or "none" to let it finish (quorumlock still
+    /// exits 70).
     #[arg(long, default_value = "TERM", value_name = "SIGNAL", value_parser = parse_on_lost)]
     pub on_lost: OnLost,
 
-    /// After --on-lost, how long the command has to exit before it gets SIGKILL.
+    /// After --on-lost, a signal passed on or --orphans kill, how long the command's process
+    /// group has to exit before it gets SIGKILL.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub kill_after: Duration,
 
