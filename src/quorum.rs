@@ -225,6 +225,8 @@ impl Coordinator {
             self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode, &mut answers)
                 .await;
         }
+        // Kept for the guard, so that a holder can tell a quorum reached with nodes failing.
+        let won = tally.has_quorum().then(|| tally.clone());
         let error = match self.confirm(resource, &keys, tally, started).await {
             Ok((deadline, fencing_token)) => {
                 cleanup.disarm();
@@ -250,6 +252,7 @@ impl Coordinator {
                     && (waiter.is_some() || !self.all_send_when_polled(&in_flight));
                 let lease = Lease::new(Arc::clone(self), resource, keys, token, started, deadline)
                     .with_fencing_token(fencing_token)
+                    .with_tally(won.unwrap_or_default())
                     .tracking_unlocks(settle_late_sets);
                 let guard = LockGuard::new(lease);
                 // A queued waiter that won leaves the queues of the nodes that did not grant
