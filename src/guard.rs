@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{ConfigError, LockError};
+use crate::error::{ConfigError, LockError, Tally};
 use crate::lease::{Lease, LeaseEnd, LostSignal};
 use crate::quorum::Coordinator;
 use crate::token::LockToken;
@@ -89,6 +89,28 @@ impl LockGuard {
     /// [`fencing`](crate::LockConfigBuilder::fencing). See [`crate::fencing`].
     pub fn fencing_token(&self) -> Option<u64> {
         self.lease.fencing_token
+    }
+
+    /// How the nodes answered the round that acquired the lock, as counted when its quorum
+    /// was decided: `granted` of `nodes`, and the nodes that had refused or failed by then.
+    ///
+    /// A non-empty [`failures`](Tally::failures) means the lock was taken with less margin
+    /// than the cluster has: losing a few more nodes would lose it. A node that had not
+    /// answered when the quorum was reached is in none of the lists (the round does not
+    /// wait for it), so an empty list does not prove every node healthy. Refreshes do not
+    /// change it.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: &quorumlock::Redlock) -> Result<(), quorumlock::LockError> {
+    /// let guard = lock.acquire("report:daily").await?;
+    /// for failure in &guard.tally().failures {
+    ///     eprintln!("lock taken without {}: {}", failure.node, failure.error);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tally(&self) -> &Tally {
+        &self.lease.tally
     }
 
     /// When the acquisition (or the last refresh) started.

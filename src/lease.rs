@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::error::LockError;
+use crate::error::{LockError, Tally};
 use crate::metrics::Counters;
 use crate::quorum::Coordinator;
 use crate::resource::Keys;
@@ -54,6 +54,8 @@ pub(crate) struct Lease {
     pub(crate) keys: Keys,
     pub(crate) token: LockToken,
     pub(crate) fencing_token: Option<u64>,
+    /// The winning round's tally, as counted when its quorum was decided.
+    pub(crate) tally: Tally,
     state: watch::Sender<LeaseState>,
     /// What the release's unlock found on each node, kept only while the acquisition's
     /// late `SET`s are settled in the background; see [`Unlocks`].
@@ -134,6 +136,7 @@ impl Lease {
             keys,
             token,
             fencing_token: None,
+            tally: Tally::default(),
             state: watch::Sender::new(state),
         }
     }
@@ -144,6 +147,12 @@ impl Lease {
         if track {
             self.unlocks = Some(Unlocks::new(self.coordinator.nodes().len()));
         }
+        self
+    }
+
+    /// Attaches the tally of the round that won this lease.
+    pub(crate) fn with_tally(mut self, tally: Tally) -> Self {
+        self.tally = tally;
         self
     }
 

@@ -273,6 +273,8 @@ impl Coordinator {
                 .await;
         }
         let (granted, refused, failed) = (tally.granted, tally.refused.len(), tally.failures.len());
+        // Kept for the guard, so that a holder can tell a quorum reached with nodes failing.
+        let won = tally.has_quorum().then(|| tally.clone());
         let error = match self.confirm(resource, &keys, tally, started).await {
             Ok((deadline, fencing_token)) => {
                 cleanup.disarm();
@@ -305,6 +307,7 @@ impl Coordinator {
                     && (waiter.is_some() || !self.all_send_when_polled(&in_flight));
                 let lease = Lease::new(Arc::clone(self), resource, keys, token, started, deadline)
                     .with_fencing_token(fencing_token)
+                    .with_tally(won.unwrap_or_default())
                     .tracking_unlocks(settle_late_sets);
                 let guard = LockGuard::new(lease);
                 // A queued waiter that won leaves the queues of the nodes that did not grant

@@ -138,30 +138,40 @@ impl Link {
     /// Connects now unless connected or connecting, and waits for the outcome: `Err` with
     /// why the connection was not taken into use.
     pub(crate) async fn connect(self: &Arc<Self>) -> Result<(), Rejection> {
+        let mut asked = false;
+        self.when(|state| match state {
+            State::Up { .. } => Some(Ok(())),
+            State::Connecting { .. } => None,
+            State::Down { why, .. } if asked => Some(Err(why.clone())),
+            State::Down { .. } => {
+                asked = true;
+                self.start_connecting(state, true);
+                None
+            }
+        })
+        .await
+    }
+
+    /// Waits for a change of state until `decide` decides: `decide` sees every state from
+    /// now on (the current one first) and may change it.
+    async fn when<T>(&self, mut decide: impl FnMut(&mut State) -> Option<T>) -> T {
         loop {
+            // Registered before the state is read, so that no change in between is missed.
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            {
-                let mut state = self.lock_state();
-                match &*state {
-                    State::Up { .. } => return Ok(()),
-                    State::Connecting { .. } => {}
-                    State::Down { .. } => self.start_connecting(&mut state, true),
-                }
+            if let Some(decided) = decide(&mut self.lock_state()) {
+                return decided;
             }
             changed.await;
-            if let State::Down { why, .. } = &*self.lock_state() {
-                return Err(why.clone());
-            }
         }
     }
 
     /// Sends `command` and returns the reply, connecting first if needed. Once polled,
     /// the command keeps its place: it reaches the server after every command polled
     /// before it on this link, and before every command polled after it.
-    pub(crate) async fn send(self: Arc<Self>, command: &Cmd) -> RedisResult<Value> {
-        let now = Instant::now();
+    /// `now` is the time the request is made, for the silence check.
+    pub(crate) async fn send(self: Arc<Self>, command: &Cmd, now: Instant) -> RedisResult<Value> {
         if self.in_line.load(Ordering::SeqCst) == 0 {
             if let Some((mut connection, generation)) = self.open_connection(now) {
                 return self.finish(connection.send_packed_command(command).await, generation);
@@ -214,7 +224,11 @@ impl Link {
     fn probe(self: &Arc<Self>, mut connection: MultiplexedConnection, generation: u64) {
         let link = Arc::clone(self);
         let limit = self.settings.silence_limit;
-        crate::quorum::spawn_detached(async move {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.silence.end_probe();
+            return;
+        };
+        drop(runtime.spawn(async move {
             let ping = redis::cmd("PING");
             match tokio::time::timeout(limit, connection.send_packed_command(&ping)).await {
                 Ok(Ok(_)) => link.silence.answered(),
@@ -235,51 +249,39 @@ impl Link {
                 }
             }
             link.silence.end_probe();
-        });
+        }));
     }
 
     /// Waits in the line for a connection: the open one, or the one being made.
     async fn wait_for_connection(self: &Arc<Self>) -> RedisResult<(MultiplexedConnection, u64)> {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            {
-                let mut state = self.lock_state();
-                match &*state {
-                    State::Up {
-                        connection,
-                        generation,
-                    } => {
-                        self.silence.sent(Instant::now());
-                        return Ok((connection.clone(), *generation));
-                    }
-                    State::Connecting { queue: false, last } => return Err(last.error()),
-                    State::Connecting { queue: true, .. } => {
-                        if self.in_line.load(Ordering::SeqCst) > MAX_WAITING {
-                            return Err(not_connected("too many requests waiting to connect"));
-                        }
-                    }
-                    State::Down {
-                        retry_at,
-                        why,
-                        queue_next,
-                        ..
-                    } => {
-                        if Instant::now() < *retry_at {
-                            return Err(why.error());
-                        }
-                        let queue = *queue_next;
-                        let error = why.error();
-                        self.start_connecting(&mut state, queue);
-                        if !queue {
-                            return Err(error);
-                        }
-                    }
-                }
+        self.when(|state| match state {
+            State::Up {
+                connection,
+                generation,
+            } => {
+                self.silence.sent(Instant::now());
+                Some(Ok((connection.clone(), *generation)))
             }
-            changed.await;
-        }
+            State::Connecting { queue: false, last } => Some(Err(last.error())),
+            State::Connecting { queue: true, .. } => (self.in_line.load(Ordering::SeqCst)
+                > MAX_WAITING)
+                .then(|| Err(not_connected("too many requests waiting to connect"))),
+            State::Down {
+                retry_at,
+                why,
+                queue_next,
+                ..
+            } => {
+                let error = why.error();
+                if Instant::now() < *retry_at {
+                    return Some(Err(error));
+                }
+                let queue = *queue_next;
+                self.start_connecting(state, queue);
+                (!queue).then_some(Err(error))
+            }
+        })
+        .await
     }
 
     /// Notes how a request on connection `generation` ended.
@@ -488,10 +490,17 @@ impl Silence {
     }
 
     fn sent(&self, at: Instant) {
-        let stamp = self.stamp(at);
-        let _ =
-            self.oldest_unanswered
-                .compare_exchange(0, stamp, Ordering::Relaxed, Ordering::Relaxed);
+        // Most requests find a stamp there already (others are waiting): no locked
+        // instruction for them.
+        if self.oldest_unanswered.load(Ordering::Relaxed) == 0 {
+            let stamp = self.stamp(at);
+            let _ = self.oldest_unanswered.compare_exchange(
+                0,
+                stamp,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
     }
 
     fn answered(&self) {

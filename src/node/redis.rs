@@ -10,6 +10,7 @@ use futures::FutureExt;
 use redis::{
     AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisWrite, Script, ServerErrorKind, Value,
 };
+use tokio::time::Instant;
 
 use super::identity::{Admission, Rejection};
 use super::link::{Link, LinkSettings};
@@ -135,7 +136,11 @@ impl RedisNode {
         ) {
             crate::tls::install_crypto_provider();
         }
-        let releases = Arc::new(ReleaseListener::new(client.clone(), timeouts.connect));
+        let releases = Arc::new(ReleaseListener::new(
+            client.clone(),
+            timeouts.connect,
+            timeouts.request,
+        ));
         let config = AsyncConnectionConfig::new()
             // The link bounds the connection and the server check together.
             .set_connection_timeout(None)
@@ -192,16 +197,22 @@ impl RedisNode {
     /// lasts.
     async fn query<T: redis::FromRedisValue>(&self, command: Cmd) -> redis::RedisResult<T> {
         let link = Arc::clone(&self.link);
-        let request: Request = Box::pin(async move { link.send(&command).await });
-        let result = self.await_request(request, Keep::WhilePatient).await;
+        let now = Instant::now();
+        let request: Request = Box::pin(async move { link.send(&command, now).await });
+        let result = self.await_request(request, now, Keep::WhilePatient).await;
         Ok(redis::from_redis_value(result?)?)
     }
 
     /// Awaits `request`, noting whether the node answered: any reply, even an error reply,
     /// shows the connection up; a failure to reach the node shows it down.
-    async fn await_request(&self, request: Request, keep: Keep) -> redis::RedisResult<Value> {
+    async fn await_request(
+        &self,
+        request: Request,
+        made: Instant,
+        keep: Keep,
+    ) -> redis::RedisResult<Value> {
         // An error reply comes as a value: made an error here, as `query_async` does.
-        let result = Awaited::new(request, keep, &self.unawaited)
+        let result = Awaited::new(request, made, keep, &self.unawaited)
             .await
             .and_then(Value::extract_error);
         let answered = match &result {
@@ -248,12 +259,14 @@ impl RedisNode {
         let command = call.command();
         let script = Arc::clone(call.script);
         let link = Arc::clone(&self.link);
+        let made = Instant::now();
         let request: Request = Box::pin(async move {
             let mut reloaded = false;
             let mut reconnected = false;
+            let mut at = made;
             loop {
                 let reply = Arc::clone(&link)
-                    .send(&command)
+                    .send(&command, at)
                     .await
                     .and_then(Value::extract_error);
                 match reply {
@@ -262,13 +275,17 @@ impl RedisNode {
                             && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                     {
                         reloaded = true;
+                        at = Instant::now();
                         script.cached.store(false, Ordering::Relaxed);
                         Arc::clone(&link)
-                            .send(&script.load())
+                            .send(&script.load(), Instant::now())
                             .await
                             .and_then(Value::extract_error)?;
                     }
-                    Err(err) if !reconnected && is_unreachable(&err) => reconnected = true,
+                    Err(err) if !reconnected && is_unreachable(&err) => {
+                        reconnected = true;
+                        at = Instant::now();
+                    }
                     Ok(reply) => {
                         script.cached.store(true, Ordering::Relaxed);
                         return Ok(reply);
@@ -278,7 +295,7 @@ impl RedisNode {
             }
         });
         let reply = self
-            .await_request(request, Keep::Always)
+            .await_request(request, made, Keep::Always)
             .await
             .map_err(|err| self.node_error(err))?;
         redis::from_redis_value(reply).map_err(|err| self.node_error(err.into()))

@@ -41,6 +41,9 @@ pub(crate) struct ReleaseListener {
 struct Shared {
     client: redis::Client,
     connect_timeout: Duration,
+    /// How long a new watch waits for its subscription to be confirmed: one request's
+    /// time, so that a waiter on a frozen node falls back to its retry delay at once.
+    confirm_timeout: Duration,
     state: Mutex<State>,
     /// Bumped each time the connection task has (re)subscribed every watched channel.
     ready: watch::Sender<u64>,
@@ -62,11 +65,18 @@ struct Channel {
 }
 
 impl ReleaseListener {
-    pub(crate) fn new(client: redis::Client, connect_timeout: Duration) -> Self {
+    /// A listener whose connection attempts take at most `connect_timeout`, and whose new
+    /// watches wait at most `confirm_timeout` for their subscription.
+    pub(crate) fn new(
+        client: redis::Client,
+        connect_timeout: Duration,
+        confirm_timeout: Duration,
+    ) -> Self {
         ReleaseListener {
             shared: Arc::new(Shared {
                 client,
                 connect_timeout,
+                confirm_timeout,
                 state: Mutex::new(State::default()),
                 ready: watch::Sender::new(0),
             }),
@@ -117,7 +127,7 @@ impl ReleaseListener {
             }
             (receiver, subscribing, state.sink.is_some())
         };
-        let timeout = self.shared.connect_timeout;
+        let timeout = self.shared.confirm_timeout;
         if let Some(subscribing) = subscribing {
             let _ = tokio::time::timeout(timeout, subscribing).await;
         } else if !connected {

@@ -126,17 +126,27 @@ pub(super) enum Keep {
 pub(super) struct Awaited<'a> {
     request: Option<Request>,
     keep: Keep,
-    /// When it was first polled, and so queued for the writer (or waiting for a connection).
-    polled: Option<Instant>,
+    /// When it was made (its first poll follows at once), and whether it was polled, and so
+    /// queued for the writer (or waiting for a connection).
+    made: Instant,
+    polled: bool,
     unawaited: &'a Unawaited,
 }
 
 impl<'a> Awaited<'a> {
-    pub(super) fn new(request: Request, keep: Keep, unawaited: &'a Unawaited) -> Self {
+    /// `made` is when the request was made, which its caller knows already: one clock read
+    /// per request, not two.
+    pub(super) fn new(
+        request: Request,
+        made: Instant,
+        keep: Keep,
+        unawaited: &'a Unawaited,
+    ) -> Self {
         Awaited {
             request: Some(request),
             keep,
-            polled: None,
+            made,
+            polled: false,
             unawaited,
         }
     }
@@ -154,7 +164,7 @@ impl Future for Awaited<'_> {
                 "a node request polled after its answer",
             ))));
         };
-        this.polled.get_or_insert_with(Instant::now);
+        this.polled = true;
         let answer = request.as_mut().poll(context);
         if answer.is_ready() {
             this.request = None;
@@ -165,13 +175,11 @@ impl Future for Awaited<'_> {
 
 impl Drop for Awaited<'_> {
     fn drop(&mut self) {
-        if let Some(request) = self.request.take() {
-            // Never polled: it never went out, and nothing needs it to.
-            if let Some(polled) = self.polled {
-                if self.keep == Keep::Always || polled.elapsed() < self.unawaited.patience {
-                    self.unawaited.keep(request);
-                }
-            }
+        // A request never polled never went out, and nothing needs it to.
+        let wanted = self.polled
+            && (self.keep == Keep::Always || self.made.elapsed() < self.unawaited.patience);
+        if let Some(request) = self.request.take().filter(|_| wanted) {
+            self.unawaited.keep(request);
         }
     }
 }

@@ -3,29 +3,35 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
-use crate::duration::parse_duration;
+use crate::duration::{parse_duration, parse_wait};
 use crate::exit;
+use crate::nodes::NodeParser;
 use crate::signal::{parse_on_lost, OnLost};
+
+/// Where the full manual is, for a binary installed without the repository.
+pub const MANUAL: &str = "The full manual (docs/cli.md) is built in: `quorumlock manual`.";
 
 /// Text shown at the end of `quorumlock --help`: environment, examples, exit codes.
 fn after_help() -> String {
     format!(
         "Environment:
-  QUORUMLOCK_NODES       default for --nodes (comma-separated redis:// or rediss:// URLs)
-  QUORUMLOCK_KEY_PREFIX  default for --key-prefix
+  QUORUMLOCK_NODES            default for --nodes (comma-separated redis:// or rediss:// URLs)
+  QUORUMLOCK_KEY_PREFIX       default for --key-prefix
+  QUORUMLOCK_CONNECT_TIMEOUT  default for --connect-timeout
+  RUST_LOG                    log filter (tracing's env-filter syntax), e.g. quorumlock=debug
 
 Examples:
   export QUORUMLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
-  quorumlock run --resource nightly-report --no-wait -- ./report.sh
-  quorumlock run -r deploy --wait 10m --ttl 1m -- make deploy
+  quorumlock run -q -r nightly-report -- ./report.sh     # skip quietly if held
+  quorumlock run -r deploy -w 10m --ttl 1m -- make deploy
   quorumlock status nightly-report --json
   quorumlock release nightly-report --token 3f9c0b...
 
 {}
 
-See docs/cli.md for more.",
+{MANUAL}",
         exit::TABLE
     )
 }
@@ -38,15 +44,24 @@ The command sees these environment variables:
   QUORUMLOCK_FENCING_TOKEN  the fencing token, with --fencing: pass it with every write
                             to the protected resource so it can refuse stale holders
 
+The command runs in a process group of its own (unless --foreground): lost-lock
+signals, signals passed on and SIGKILL go to the whole group, its background
+processes included, and the lock is released only once the group is gone (--orphans).
+
 Exit codes:
   the command's own status when it ran (128+N when killed by signal N)
   64   usage error           69   no quorum of nodes reachable
   70   lock lost while the command ran (the command was signalled)
-  75   lock held elsewhere (after --wait)
-  78   configuration error   126/127  command not executable / not found";
+  75   lock held elsewhere (after --wait), or the code given with -E
+  78   configuration error   126/127  command not executable / not found
+
+The full manual (docs/cli.md) is built in: `quorumlock manual`.";
 
 /// A distributed `flock` on Redis: run a command while holding a lock that a quorum of
 /// independent Redis nodes agrees on (the Redlock algorithm).
+///
+/// `run` does not wait by default: if the lock is held it exits 75 at once (-n); -w
+/// DURATION waits for it.
 ///
 /// A lock is a name shared by every machine that uses the same nodes. `run` takes it,
 /// keeps it alive while the command runs, and releases it when the command ends; another
@@ -79,9 +94,11 @@ pub struct GlobalArgs {
         global = true,
         env = "QUORUMLOCK_NODES",
         hide_env_values = true,
-        value_name = "URL,..."
+        value_name = "URL,...",
+        value_delimiter = ',',
+        value_parser = NodeParser
     )]
-    pub nodes: Option<String>,
+    pub nodes: Vec<String>,
 
     /// Prepended to the lock name to form the Redis key (none by default, so the key is
     /// the name itself).
@@ -121,9 +138,16 @@ pub struct GlobalArgs {
     #[arg(long, global = true)]
     pub json: bool,
 
-    /// Say what happens on stderr: the token taken, signals sent, the release.
+    /// Say what happens on stderr: the token taken, signals sent, the release; also show
+    /// the library's warnings (-v) and debug logs (-vv). RUST_LOG, when set, chooses the
+    /// logs instead.
+    #[arg(short, long, global = true, action = ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Nothing on stderr for an expected outcome: the lock held elsewhere, or still held
+    /// when --wait ran out, and warnings about failing nodes. Real errors still print.
     #[arg(short, long, global = true)]
-    pub verbose: bool,
+    pub quiet: bool,
 
     /// TLS settings for rediss:// nodes.
     #[command(flatten)]
@@ -176,16 +200,17 @@ pub struct TlsArgs {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command while holding the lock; release it when the command ends.
+    /// Run a command while holding the lock; release it when the command ends. Does not
+    /// wait by default: exits 75 at once if the lock is held (-w DURATION waits).
     ///
     /// The lock is extended in the background while the command runs (every third of
     /// --ttl), so the command may run far longer than the TTL; if the process running
     /// quorumlock dies, the lock expires after at most --ttl. If the lock is lost while
     /// the command runs (the nodes could not confirm an extension in time, or its key
-    /// was deleted), the command gets --on-lost, then SIGKILL after --kill-after, and
-    /// quorumlock exits with code 70. SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to
-    /// quorumlock are passed on to the command (Ctrl-C in a terminal reaches it directly),
-    /// and the lock is released once it exits.
+    /// was deleted), the command's process group gets --on-lost, then SIGKILL after
+    /// --kill-after, and quorumlock exits with code 70. SIGTERM, SIGINT, SIGHUP and SIGQUIT
+    /// sent to quorumlock are passed on to the group (then SIGKILL after --kill-after), and
+    /// the lock is released once the group is gone.
     /// Standard input, output and error are the command's: quorumlock itself writes only
     /// to stderr.
     #[command(after_help = RUN_AFTER_HELP)]
@@ -211,6 +236,21 @@ pub enum Command {
     /// a quorum (expired, released, or another owner's), 69 when too many nodes failed to
     /// tell.
     Release(ReleaseArgs),
+
+    /// Print the full manual (docs/cli.md, built into the binary) on stdout.
+    Manual,
+}
+
+/// What `run` does when the command exits while processes it started in the background
+/// are still running in its process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Orphans {
+    /// Keep the lock (extending it) until every process of the group has exited.
+    Wait,
+    /// Send them SIGTERM, then SIGKILL after --kill-after, and release once they are gone.
+    Kill,
+    /// Release at once and leave them running, outside the lock (with a warning).
+    Leave,
 }
 
 /// `quorumlock run`.
@@ -227,13 +267,24 @@ pub struct RunArgs {
 
     /// Wait up to this long for the lock when it is held elsewhere (or the nodes are
     /// unreachable), retrying as soon as it is released; then exit 75 (69 if no quorum).
-    /// Without --wait, one attempt is made, as with --no-wait.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    /// A bare number is seconds, as with flock -w. Without it, one attempt is made.
+    #[arg(
+        short,
+        long,
+        value_name = "DURATION",
+        value_parser = parse_wait,
+        conflicts_with = "no_wait"
+    )]
     pub wait: Option<Duration>,
 
     /// Make one attempt, and exit 75 at once if the lock is held elsewhere (the default).
-    #[arg(long)]
+    #[arg(short, long)]
     pub no_wait: bool,
+
+    /// The exit code when the lock is held elsewhere (at once, or when --wait ran out),
+    /// instead of 75, so that it cannot be mistaken for a command's own status.
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = exit::HELD)]
+    pub conflict_exit_code: u8,
 
     /// Mint a fencing token (a number larger than that of every earlier holder of this
     /// lock) and pass it to the command as QUORUMLOCK_FENCING_TOKEN.
@@ -246,12 +297,14 @@ pub struct RunArgs {
     #[arg(long, requires = "fencing")]
     pub fencing_on_volatile_nodes: bool,
 
-    /// The signal sent to the command when the lock is lost: a name (TERM, INT, HUP,
-    /// KILL, USR1, ...), a number, or "none" to let it finish (quorumlock still exits 70).
+    /// The signal sent to the command's process group when the lock is lost: a name (TERM,
+    /// INT, HUP, KILL, USR1, ...), a number, or "none" to let it finish (quorumlock still
+    /// exits 70).
     #[arg(long, default_value = "TERM", value_name = "SIGNAL", value_parser = parse_on_lost)]
     pub on_lost: OnLost,
 
-    /// After --on-lost, how long the command has to exit before it gets SIGKILL.
+    /// After --on-lost, a signal passed on or --orphans kill, how long the command's process
+    /// group has to exit before it gets SIGKILL.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub kill_after: Duration,
 
@@ -261,14 +314,22 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_hold: Option<Duration>,
 
+    /// When the command exits while processes it started are still running in its
+    /// process group: keep the lock until they are gone (wait), stop them (kill), or
+    /// release and leave them running (leave).
+    #[arg(long, value_enum, default_value_t = Orphans::Wait, value_name = "WHAT")]
+    pub orphans: Orphans,
+
+    /// Run the command in quorumlock's own process group rather than one of its own, so
+    /// that it can read from the terminal and gets Ctrl-C from it directly; only the
+    /// command's own process is then signalled, not its children.
+    #[arg(long)]
+    pub foreground: bool,
+
     /// The command to run and its arguments (after --, so its options are not read as
-    /// quorumlock's).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    /// quorumlock's). Everything from the command's first word on is the command's; an
+    /// unknown option before it is a usage error, so a mistyped option is never run.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -326,13 +387,13 @@ mod tests {
         assert_eq!(run.wait, Some(Duration::from_secs(10)));
         assert_eq!(run.ttl, Duration::from_secs(30));
         assert_eq!(run.command, ["sh", "-c", "exit 3"]);
-        assert_eq!(cli.global.nodes.as_deref(), Some("redis://a:1"));
+        assert_eq!(cli.global.nodes, ["redis://a:1"]);
     }
 
     #[test]
     fn global_options_may_follow_the_subcommand() {
         let cli = Cli::try_parse_from(["quorumlock", "status", "job", "--json", "-v"]).unwrap();
-        assert!(cli.global.json && cli.global.verbose);
+        assert!(cli.global.json && cli.global.verbose == 1);
     }
 
     #[test]
@@ -359,6 +420,49 @@ mod tests {
                 .unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
         assert!(err.to_string().contains("30s"), "{err}");
+    }
+
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["quorumlock", "run"].iter().chain(args))?;
+        match cli.command {
+            Command::Run(run) => Ok(run),
+            _ => panic!("not run"),
+        }
+    }
+
+    #[test]
+    fn flocks_short_flags_are_taken() {
+        let run = run_args(&["-r", "j", "-w", "5", "-E", "3", "--", "true"]).unwrap();
+        assert_eq!(run.wait, Some(Duration::from_secs(5)));
+        assert_eq!(run.conflict_exit_code, 3);
+        let run = run_args(&["-r", "j", "-n", "true"]).unwrap();
+        assert!(run.no_wait);
+        assert_eq!(run.conflict_exit_code, exit::HELD);
+        assert_eq!(run.orphans, Orphans::Wait);
+        assert!(run_args(&["-r", "j", "-E", "256", "true"]).is_err());
+    }
+
+    #[test]
+    fn unknown_options_before_the_command_are_errors_not_commands() {
+        for typo in ["-x", "--no-wiat", "--wiat=5s"] {
+            let err = run_args(&[typo, "-r", "j", "--", "true"]).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{typo}"
+            );
+        }
+        // From the command's first word on, everything is the command's.
+        let run = run_args(&["-r", "j", "sh", "-c", "exit 3", "-x"]).unwrap();
+        assert_eq!(run.command, ["sh", "-c", "exit 3", "-x"]);
+    }
+
+    #[test]
+    fn quiet_and_verbose_conflict() {
+        let err = Cli::try_parse_from(["quorumlock", "-q", "-v", "status", "j"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let cli = Cli::try_parse_from(["quorumlock", "-vv", "status", "j"]).unwrap();
+        assert_eq!(cli.global.verbose, 2);
     }
 
     #[test]

@@ -2,13 +2,13 @@
 
 use std::fmt;
 
-use quorumlock::LockError;
+use quorumlock::{LockError, Tally};
 
 /// `release`: the token does not hold the lock on a quorum (nothing of another owner's was
 /// touched).
 pub const NOT_HELD: u8 = 1;
-/// The command line is wrong: an unknown option, a malformed duration, a missing argument
-/// (sysexits `EX_USAGE`).
+/// The command line is wrong: an unknown option, a malformed duration or node URL, a
+/// missing argument (sysexits `EX_USAGE`).
 pub const USAGE: u8 = 64;
 /// Too few nodes answered: they are down, unreachable or too slow (`EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
@@ -35,12 +35,14 @@ Exit codes:
   128+N    run: the command was killed by signal N (as in a shell), or quorumlock
            got signal N while waiting for the lock
   1        release: the token does not hold the lock on a quorum of nodes
-  64       usage error: unknown option, malformed duration, missing argument
+  64       usage error: unknown option, malformed duration or node URL, missing
+           argument (the lock is not taken)
   69       no quorum: too few nodes answered (down, unreachable or too slow)
   70       run: the lock was lost while the command ran; the command was signalled
   71       operating-system error (signal handler or thread could not be set up)
-  75       the lock is held elsewhere (after waiting, with --wait)
-  78       configuration error: no nodes, malformed node URL, settings that do not fit
+  75       the lock is held elsewhere (after waiting, with --wait); -E CODE changes it
+  78       configuration error: no nodes, a node that is not a usable master,
+           settings that do not fit
   126      run: the command was found but could not be executed
   127      run: the command was not found";
 
@@ -114,6 +116,10 @@ pub struct CliError {
     pub message: String,
     /// What to do about it, when there is something to say.
     pub hint: Option<String>,
+    /// The count of nodes behind a lock error, for `--json`.
+    pub tally: Option<Box<Tally>>,
+    /// An exit code chosen on the command line (`-E` for a lock held elsewhere).
+    pub code: Option<u8>,
 }
 
 impl CliError {
@@ -123,6 +129,8 @@ impl CliError {
             kind,
             message: message.into(),
             hint: None,
+            tally: None,
+            code: None,
         }
     }
 
@@ -132,9 +140,15 @@ impl CliError {
         self
     }
 
+    /// Exits with `code` instead of the kind's.
+    pub fn with_code(mut self, code: u8) -> Self {
+        self.code = Some(code);
+        self
+    }
+
     /// The process exit code.
     pub fn code(&self) -> u8 {
-        self.kind.code()
+        self.code.unwrap_or_else(|| self.kind.code())
     }
 
     /// Explains a lock error, in the context of the command line: which option to change.
@@ -175,10 +189,11 @@ impl CliError {
             }
             _ => None,
         };
-        let error = CliError::new(kind, error.to_string());
+        let mut cli = CliError::new(kind, error.to_string());
+        cli.tally = tally_of(error).cloned().map(Box::new);
         match hint {
-            Some(hint) => error.hint(hint),
-            None => error,
+            Some(hint) => cli.hint(hint),
+            None => cli,
         }
     }
 }
@@ -190,6 +205,18 @@ impl fmt::Display for CliError {
             write!(f, "\n  hint: {hint}")?;
         }
         Ok(())
+    }
+}
+
+/// The count of nodes a lock error carries, directly or through the last attempt of a
+/// wait.
+fn tally_of(error: &LockError) -> Option<&Tally> {
+    match error {
+        LockError::Held { tally, .. }
+        | LockError::NoQuorum { tally, .. }
+        | LockError::NotHeld { tally, .. } => Some(tally),
+        LockError::TimedOut { last, .. } => last.as_deref().and_then(tally_of),
+        _ => None,
     }
 }
 

@@ -7,6 +7,8 @@
 //! - `quorumlock status NAME` shows the lock on each node and whether they agree.
 //! - `quorumlock release NAME --token T` deletes a lock by its token (for operators).
 //!
+//! - `quorumlock manual` prints docs/cli.md, built in.
+//!
 //! See `quorumlock --help` and docs/cli.md for the options and exit codes.
 
 mod args;
@@ -19,11 +21,13 @@ mod run;
 mod signal;
 mod status;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::EnvFilter;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, GlobalArgs};
 use crate::exit::{CliError, Kind};
 use crate::output::Output;
 
@@ -42,8 +46,10 @@ fn main() -> ExitCode {
     };
     let out = Output {
         json: cli.global.json,
-        verbose: cli.global.verbose,
+        verbose: cli.global.verbose > 0,
+        quiet: cli.global.quiet,
     };
+    init_logs(&cli.global);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -64,11 +70,49 @@ fn main() -> ExitCode {
     }
 }
 
+/// The text of docs/cli.md, so that an installed binary carries its manual.
+const MANUAL_TEXT: &str = include_str!("../../../docs/cli.md");
+
+/// Installs the log subscriber: RUST_LOG when set (tracing's env-filter syntax), else the
+/// library's warnings with -v and its debug logs with -vv; none by default, so that
+/// stderr holds only quorumlock's own lines (and JSON lines with --json).
+fn init_logs(global: &GlobalArgs) {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => {
+            EnvFilter::try_new(spec.trim()).unwrap_or_else(|error| {
+                eprintln!("quorumlock: warning: RUST_LOG ignored, it did not parse: {error}");
+                EnvFilter::new("warn")
+            })
+        }
+        _ if global.quiet => return,
+        _ => match global.verbose {
+            0 => return,
+            1 => EnvFilter::new("warn"),
+            _ => EnvFilter::new("warn,quorumlock=debug"),
+        },
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second subscriber cannot be installed; none is, so the results are ignored.
+    if global.json {
+        let _ = builder.json().try_init();
+    } else {
+        let _ = builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init();
+    }
+}
+
 /// Runs the subcommand; returns the exit code.
 async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
     match &cli.command {
         Command::Run(args) => run::run(&cli.global, args, out).await,
         Command::Status(args) => status::status(&cli.global, args, out).await,
         Command::Release(args) => release::release(&cli.global, args, out).await,
+        Command::Manual => {
+            out.manual(MANUAL_TEXT);
+            Ok(0)
+        }
     }
 }

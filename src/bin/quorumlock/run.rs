@@ -2,18 +2,27 @@
 
 use std::ffi::{OsStr, OsString};
 use std::process::ExitStatus;
+use std::time::Duration;
 
 use quorumlock::{AutoExtend, LeaseEnd, LockConfig, LockError, LockGuard};
-use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use crate::args::{GlobalArgs, RunArgs};
+use crate::args::{GlobalArgs, Orphans, RunArgs};
 use crate::duration::{format_duration, millis};
 use crate::exit::{command_status_code, CliError, Kind};
 use crate::nodes::{node_urls, AnyLock};
-use crate::output::Output;
-use crate::signal::{in_terminal_foreground, terminal_generated, OnLost, Signal};
+use crate::output::{failures, Event, Output, TallyJson};
+use crate::signal::{
+    adopt_orphans, in_terminal_foreground, terminal_generated, OnLost, Signal, Target,
+};
+
+/// How often the command's process group is looked at once the command itself exited.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// How long processes of the group may linger after SIGKILL (a process in uninterruptible
+/// sleep dies only when its I/O returns) before the lock is released anyway.
+const AFTER_KILL: Duration = Duration::from_secs(1);
 
 /// Takes the lock, runs the command under it, releases it; returns the exit code.
 pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8, CliError> {
@@ -42,6 +51,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
         }),
         None => out.note(|| format!("taking {resource:?} on {} node(s)", urls.len())),
     }
+    let waiting_since = Instant::now();
     let acquisition = async {
         match args.wait {
             Some(wait) => lock.acquire_timeout(resource, wait).await,
@@ -49,13 +59,21 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
         }
     };
     let mut guard = tokio::select! {
-        acquired = acquisition => acquired.map_err(|error| CliError::from_lock(&error))?,
+        acquired = acquisition => acquired.map_err(|error| {
+            let error = CliError::from_lock(&error);
+            if error.kind == Kind::Held {
+                error.with_code(args.conflict_exit_code)
+            } else {
+                error
+            }
+        })?,
         signal = signals.recv() => {
             // The dropped attempt unlocks its nodes in the background: give it the time.
             tokio::time::sleep(node_timeout.saturating_mul(2)).await;
             return Err(interrupted(signal));
         }
     };
+    let acquired_at = Instant::now();
 
     let mut extend = AutoExtend::default();
     if let Some(max_hold) = args.max_hold {
@@ -64,9 +82,14 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     guard
         .auto_extend(extend)
         .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
-    report_acquired(&guard, &lock, out);
+    report_acquired(&guard, &lock, acquired_at - waiting_since, out);
+    report_degraded(&guard, out);
 
-    let mut command = command(program, program_args, &guard);
+    let own_group = !args.foreground;
+    if own_group {
+        adopt_orphans();
+    }
+    let mut command = command(program, program_args, &guard, own_group);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
@@ -80,24 +103,27 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     // The lease may have ended between the last look and the command's exit.
     let lost = status.lost.or_else(|| guard.lost().ended());
     let released = guard.release().await;
+    let held = acquired_at.elapsed();
     // The release returns once a quorum deleted the key; the deletes still in flight
     // finish in the background, within one node timeout. Let them, so that no node keeps
     // the key until its TTL after this process exits.
     tokio::time::sleep(node_timeout).await;
-    let status = status.exit.map_err(|error| {
+    let exit = status.exit.map_err(|error| {
         CliError::new(
             Kind::Os,
             format!("could not wait for the command to end: {error}"),
         )
     })?;
-    let code = command_status_code(status);
+    let code = command_status_code(exit);
     let outcome = Outcome {
-        status,
+        status: exit,
         code,
         lost,
         released,
-        signalled: status_signalled(&status),
+        signalled: status_signalled(&exit),
         max_hold: args.max_hold,
+        command_time: status.command_time,
+        held,
     };
     outcome.finish(resource, out)
 }
@@ -129,32 +155,73 @@ fn lock_config(global: &GlobalArgs, args: &RunArgs) -> Result<LockConfig, CliErr
 }
 
 /// Says that the lock was taken, with its token.
-fn report_acquired(guard: &LockGuard, lock: &AnyLock, out: Output) {
-    let event = json!({
-        "event": "acquired",
-        "resource": guard.resource(),
-        "key": guard.key(),
-        "token": guard.token().as_str(),
-        "fencing_token": guard.fencing_token(),
-        "validity_ms": millis(guard.validity()),
-        "quorum": lock.quorum(),
-    });
+fn report_acquired(guard: &LockGuard, lock: &AnyLock, waited: Duration, out: Output) {
+    let event = Event::Acquired {
+        resource: guard.resource().to_owned(),
+        key: guard.key().to_owned(),
+        token: guard.token().as_str().to_owned(),
+        fencing_token: guard.fencing_token(),
+        validity_ms: millis(guard.validity()),
+        quorum: lock.quorum(),
+        waited_ms: millis(waited),
+        tally: TallyJson::from(guard.tally()),
+    };
     out.event(false, &event, || {
         let fencing = guard
             .fencing_token()
             .map(|token| format!(", fencing token {token}"))
             .unwrap_or_default();
         format!(
-            "acquired {:?} (token {}{fencing}), valid for {}; extending it while the command runs",
+            "acquired {:?} (token {}{fencing}) after {}, valid for {}; extending it while \
+             the command runs",
             guard.resource(),
             guard.token(),
+            format_duration(waited),
             format_duration(guard.validity())
         )
     });
 }
 
-/// The command, with the lock's details in its environment and quorumlock's stdio.
-fn command(program: &OsStr, args: &[OsString], guard: &LockGuard) -> tokio::process::Command {
+/// Warns, in one line, when the quorum was reached with nodes failing: the lock holds,
+/// but fewer further failures would lose it, which an operator wants to hear before they
+/// happen.
+fn report_degraded(guard: &LockGuard, out: Output) {
+    let tally = guard.tally();
+    if tally.failures.is_empty() {
+        return;
+    }
+    let event = Event::Degraded {
+        resource: guard.resource().to_owned(),
+        granted: tally.granted,
+        nodes: tally.nodes,
+        quorum: tally.quorum,
+        failed: failures(tally),
+    };
+    out.degraded(&event, || {
+        let failed: Vec<String> = tally
+            .failures
+            .iter()
+            .map(|failure| format!("{} failed: {}", failure.node, failure.error))
+            .collect();
+        format!(
+            "warning: acquired {:?} on {} of {} nodes (quorum {}); {}",
+            guard.resource(),
+            tally.granted,
+            tally.nodes,
+            tally.quorum,
+            failed.join("; ")
+        )
+    });
+}
+
+/// The command, with the lock's details in its environment and quorumlock's stdio; in a
+/// process group of its own unless `own_group` is false.
+fn command(
+    program: &OsStr,
+    args: &[OsString],
+    guard: &LockGuard,
+    own_group: bool,
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
@@ -164,6 +231,11 @@ fn command(program: &OsStr, args: &[OsString], guard: &LockGuard) -> tokio::proc
         Some(token) => command.env("QUORUMLOCK_FENCING_TOKEN", token.to_string()),
         None => command.env_remove("QUORUMLOCK_FENCING_TOKEN"),
     };
+    if own_group {
+        // Its pid becomes the group's id: one killpg then reaches every process the
+        // command starts, as timeout(1) does it.
+        command.process_group(0);
+    }
     command
 }
 
@@ -190,8 +262,11 @@ fn spawn_error(program: &OsStr, error: &std::io::Error) -> CliError {
 /// The error for a signal that ended the wait for the lock.
 fn interrupted(signal: Signal) -> CliError {
     CliError::new(
-        Kind::Interrupted(u8::try_from(signal.0).unwrap_or(0)),
-        format!("interrupted by {signal} while waiting for the lock; the command was not run"),
+        Kind::Interrupted(u8::try_from(signal as i32).unwrap_or(0)),
+        format!(
+            "interrupted by {} while waiting for the lock; the command was not run",
+            signal.as_str()
+        ),
     )
 }
 
@@ -201,10 +276,13 @@ struct Supervised {
     exit: std::io::Result<ExitStatus>,
     /// How the lease ended while it ran, if it did.
     lost: Option<LeaseEnd>,
+    /// From its start to its own exit.
+    command_time: Duration,
 }
 
-/// Waits for the command to end; meanwhile signals it when the lock is lost (then kills it
-/// after the grace period), and passes on the signals quorumlock gets.
+/// Waits for the command and then for the rest of its process group (see `--orphans`);
+/// meanwhile signals the group when the lock is lost (then kills it after the grace
+/// period), and passes on the signals quorumlock gets.
 async fn supervise(
     child: &mut tokio::process::Child,
     guard: &LockGuard,
@@ -212,70 +290,179 @@ async fn supervise(
     signals: &mut Forwarded,
     out: Output,
 ) -> Supervised {
-    // The pid stays valid until `wait` reaps the child, and the loop ends right then.
-    let pid = child.id();
+    let started = Instant::now();
+    // The pid names the command until `wait` reaps it; as a group id it stays valid while
+    // any process of the group is left, which is looked at before each signal below.
+    let target = child
+        .id()
+        .and_then(|pid| Target::new(pid, !args.foreground));
     let lost = guard.lost();
     let mut lost_end = None;
     let mut kill_at: Option<Instant> = None;
+    let mut killed_at: Option<Instant> = None;
+    let mut exit: Option<(std::io::Result<ExitStatus>, Duration)> = None;
     let send = |signal: Signal, why: &str| {
-        let Some(pid) = pid else { return };
-        match signal.send(pid) {
+        let Some(target) = target else { return };
+        match target.send(signal) {
             Ok(()) => {
-                let event = json!({"event": "signal", "signal": signal.to_string(), "pid": pid, "why": why});
+                let event = Event::Signal {
+                    signal: signal.as_str().to_owned(),
+                    pid: target.id(),
+                    group: matches!(target, Target::Group(_)),
+                    why: why.to_owned(),
+                };
                 out.event(false, &event, || {
-                    format!("sent {signal} to the command (pid {pid}): {why}")
+                    format!("sent {} to {}: {why}", signal.as_str(), target.describe())
                 });
             }
+            // The last process of the group ended since it was looked at.
+            Err(nix::errno::Errno::ESRCH) => {}
             Err(error) => {
-                let event = json!({"event": "warning", "message": format!("could not send {signal} to pid {pid}: {error}")});
-                out.event(true, &event, || {
-                    format!("warning: could not send {signal} to the command (pid {pid}): {error}")
-                });
+                let message = format!(
+                    "could not send {} to {}: {error}",
+                    signal.as_str(),
+                    target.describe()
+                );
+                out.event(
+                    true,
+                    &Event::Warning {
+                        message: message.clone(),
+                    },
+                    || format!("warning: {message}"),
+                );
             }
         }
     };
+    // Arms the escalation to SIGKILL after a signal meant to stop the group, or notes that
+    // SIGKILL itself was sent.
+    let escalate =
+        |signal: Signal, kill_at: &mut Option<Instant>, killed_at: &mut Option<Instant>| {
+            if signal == Signal::SIGKILL {
+                *killed_at = Some(Instant::now());
+                *kill_at = None;
+            } else if kill_at.is_none() && killed_at.is_none() {
+                // Checked like every deadline: a --kill-after too large to represent means
+                // never escalating to KILL, not a panic.
+                *kill_at = Instant::now().checked_add(args.kill_after);
+            }
+        };
+    let mut orphans_seen = false;
     loop {
+        if exit.is_some() {
+            if !target.is_some_and(Target::group_alive) {
+                break;
+            }
+            if !orphans_seen {
+                orphans_seen = true;
+                let action = match args.orphans {
+                    Orphans::Wait => "wait",
+                    Orphans::Kill => "kill",
+                    Orphans::Leave => "leave",
+                };
+                let event = Event::Orphans {
+                    resource: args.resource.clone(),
+                    action: action.to_owned(),
+                };
+                let always = args.orphans == Orphans::Leave;
+                let stopping = kill_at.is_some() || killed_at.is_some();
+                out.event(always, &event, || match args.orphans {
+                    // They were already told to stop: the lock is kept no longer than that.
+                    Orphans::Wait if stopping => "the command exited; processes it started \
+                                                  still run in its group: keeping the lock \
+                                                  until they end, SIGKILL after --kill-after"
+                        .to_owned(),
+                    Orphans::Wait => "the command exited; processes it started still run in \
+                                      its group: keeping the lock until they end (--orphans)"
+                        .to_owned(),
+                    Orphans::Kill => "the command exited; stopping the processes it started \
+                                      (--orphans kill)"
+                        .to_owned(),
+                    Orphans::Leave => "warning: the command exited; processes it started \
+                                       still run, and are left running without the lock \
+                                       (--orphans leave)"
+                        .to_owned(),
+                });
+                match args.orphans {
+                    Orphans::Wait => {}
+                    Orphans::Kill => {
+                        send(Signal::SIGTERM, "the command exited (--orphans kill)");
+                        escalate(Signal::SIGTERM, &mut kill_at, &mut killed_at);
+                    }
+                    Orphans::Leave => break,
+                }
+            }
+            if killed_at.is_some_and(|at| at.elapsed() >= AFTER_KILL) {
+                let message = format!(
+                    "processes of the command's group were still there {} after SIGKILL; \
+                     releasing the lock anyway",
+                    format_duration(AFTER_KILL)
+                );
+                out.event(
+                    true,
+                    &Event::Warning {
+                        message: message.clone(),
+                    },
+                    || format!("warning: {message}"),
+                );
+                break;
+            }
+        }
         tokio::select! {
-            exit = child.wait() => return Supervised { exit, lost: lost_end },
+            status = child.wait(), if exit.is_none() => {
+                exit = Some((status, started.elapsed()));
+            }
+            () = tokio::time::sleep(GROUP_POLL), if exit.is_some() => {}
             end = lost.wait(), if lost_end.is_none() => {
                 let action = match args.on_lost {
-                    OnLost::Signal(signal) => format!("sending {signal} to the command"),
+                    OnLost::Signal(signal) => format!("sending {} to the command", signal.as_str()),
                     OnLost::Nothing => "letting the command finish (--on-lost none)".to_owned(),
                 };
-                let event = json!({
-                    "event": "lost",
-                    "resource": args.resource,
-                    "reason": end.to_string(),
-                    "on_lost": match args.on_lost {
-                        OnLost::Signal(signal) => Some(signal.to_string()),
+                let event = Event::Lost {
+                    resource: args.resource.clone(),
+                    reason: end.to_string(),
+                    on_lost: match args.on_lost {
+                        OnLost::Signal(signal) => Some(signal.as_str().to_owned()),
                         OnLost::Nothing => None,
                     },
-                });
+                    held_ms: millis(guard.acquired_at().elapsed()),
+                };
                 out.event(true, &event, || {
                     format!("lock {:?} lost while the command ran ({end}); {action}", args.resource)
                 });
                 if let OnLost::Signal(signal) = args.on_lost {
                     send(signal, "the lock was lost");
-                    if signal != Signal::KILL {
-                        // Checked like every deadline: a --kill-after too large to
-                        // represent means never escalating to KILL, not a panic.
-                        kill_at = Instant::now().checked_add(args.kill_after);
-                    }
+                    escalate(signal, &mut kill_at, &mut killed_at);
                 }
                 lost_end = Some(end);
             }
             () = sleep_until(kill_at), if kill_at.is_some() => {
-                kill_at = None;
-                send(Signal::KILL, "still running after --kill-after");
+                send(Signal::SIGKILL, "still running after --kill-after");
+                escalate(Signal::SIGKILL, &mut kill_at, &mut killed_at);
             }
             signal = signals.recv() => {
-                if terminal_generated(signal) && in_terminal_foreground() {
-                    out.note(|| format!("got {signal}; the terminal sent it to the command too"));
+                if args.foreground && terminal_generated(signal) && in_terminal_foreground() {
+                    out.note(|| {
+                        format!("got {}; the terminal sent it to the command too", signal.as_str())
+                    });
                 } else {
                     send(signal, "passed on from quorumlock");
+                    // As timeout(1) does: a signal passed on is meant to stop the command,
+                    // and the lock is not kept past --kill-after for one that ignores it.
+                    escalate(signal, &mut kill_at, &mut killed_at);
                 }
             }
         }
+    }
+    let (exit, command_time) = exit.unwrap_or_else(|| {
+        (
+            Err(std::io::Error::other("the command was not waited for")),
+            started.elapsed(),
+        )
+    });
+    Supervised {
+        exit,
+        lost: lost_end,
+        command_time,
     }
 }
 
@@ -306,6 +493,10 @@ struct Outcome {
     signalled: Option<i32>,
     /// `--max-hold`, which lets the lease expire on purpose.
     max_hold: Option<std::time::Duration>,
+    /// From the command's start to its own exit.
+    command_time: Duration,
+    /// From the lock taken to its release.
+    held: Duration,
 }
 
 impl Outcome {
@@ -333,19 +524,21 @@ impl Outcome {
         } else {
             self.code
         };
-        let event = json!({
-            "event": "exit",
-            "resource": resource,
-            "exit_code": exit_code,
-            "command_status": self.status.code(),
-            "command_signal": self.signalled,
-            "lost": lost_reason.is_some(),
-            "released": self.released.is_ok(),
-            "release_error": release_error,
-        });
+        let event = Event::Exit {
+            resource: resource.to_owned(),
+            exit_code,
+            command_status: self.status.code(),
+            command_signal: self.signalled,
+            lost: lost_reason.is_some(),
+            released: self.released.is_ok(),
+            release_error: release_error.clone(),
+            command_ms: millis(self.command_time),
+            held_ms: millis(self.held),
+        };
         if let Some(error) = &release_error {
-            let warning =
-                json!({"event": "warning", "message": format!("release not confirmed: {error}")});
+            let warning = Event::Warning {
+                message: format!("release not confirmed: {error}"),
+            };
             out.event(true, &warning, || {
                 format!(
                     "warning: the release was not confirmed ({error}); \
@@ -353,9 +546,10 @@ impl Outcome {
                 )
             });
         }
+        let held = format_duration(self.held);
         out.event(false, &event, || match (&lost_reason, &self.released) {
             (Some(_), _) => format!("the command {command}; exiting with {exit_code} (lock lost)"),
-            (None, Ok(())) => format!("the command {command}; released {resource:?}"),
+            (None, Ok(())) => format!("the command {command}; released {resource:?}, held {held}"),
             (None, Err(_)) => format!("the command {command}"),
         });
         match lost_reason {
@@ -385,7 +579,10 @@ impl Outcome {
 fn describe(status: &ExitStatus) -> String {
     match (status.code(), status_signalled(status)) {
         (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(signal)) => format!("was killed by {}", Signal(signal)),
+        (None, Some(signal)) => match Signal::try_from(signal) {
+            Ok(signal) => format!("was killed by {}", signal.as_str()),
+            Err(_) => format!("was killed by signal {signal}"),
+        },
         (None, None) => format!("ended ({status})"),
     }
 }
@@ -424,10 +621,10 @@ impl Forwarded {
     /// The next signal caught.
     async fn recv(&mut self) -> Signal {
         tokio::select! {
-            Some(()) = self.term.recv() => Signal::TERM,
-            Some(()) = self.int.recv() => Signal(libc::SIGINT),
-            Some(()) = self.hup.recv() => Signal(libc::SIGHUP),
-            Some(()) = self.quit.recv() => Signal(libc::SIGQUIT),
+            Some(()) = self.term.recv() => Signal::SIGTERM,
+            Some(()) = self.int.recv() => Signal::SIGINT,
+            Some(()) = self.hup.recv() => Signal::SIGHUP,
+            Some(()) = self.quit.recv() => Signal::SIGQUIT,
             else => std::future::pending().await,
         }
     }
@@ -448,7 +645,7 @@ mod tests {
 
     #[test]
     fn interrupted_waits_exit_like_a_shell() {
-        assert_eq!(interrupted(Signal::TERM).code(), 128 + 15);
+        assert_eq!(interrupted(Signal::SIGTERM).code(), 128 + 15);
     }
 
     #[test]
@@ -469,6 +666,8 @@ mod tests {
             released,
             signalled: status_signalled(&status),
             max_hold: None,
+            command_time: Duration::ZERO,
+            held: Duration::ZERO,
         }
     }
 
@@ -477,6 +676,7 @@ mod tests {
         let quiet = Output {
             json: true,
             verbose: false,
+            quiet: true,
         };
         assert_eq!(outcome(3 << 8, None, Ok(())).finish("job", quiet), Ok(3));
         let lost = outcome(15, Some(LeaseEnd::Expired), Ok(()))

@@ -1,71 +1,107 @@
-//! Signals: the `--on-lost` setting, and sending a signal to the command.
+//! Signals and process groups: the `--on-lost` setting, and signalling the command's whole
+//! process tree the way timeout(1) does.
 
-use std::fmt;
+use std::io::IsTerminal;
+use std::str::FromStr;
 
-/// The signals `--on-lost` accepts by name, with their numbers on this platform.
-const NAMES: &[(&str, libc::c_int)] = &[
-    ("HUP", libc::SIGHUP),
-    ("INT", libc::SIGINT),
-    ("QUIT", libc::SIGQUIT),
-    ("ABRT", libc::SIGABRT),
-    ("KILL", libc::SIGKILL),
-    ("USR1", libc::SIGUSR1),
-    ("USR2", libc::SIGUSR2),
-    ("ALRM", libc::SIGALRM),
-    ("TERM", libc::SIGTERM),
-];
+use nix::errno::Errno;
+pub use nix::sys::signal::Signal;
+use nix::sys::signal::{kill, killpg};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 
-/// A Unix signal, by number.
+/// Where the signals for the command go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Signal(pub libc::c_int);
+pub enum Target {
+    /// The command's own process group (its pid is the group's id): every process the
+    /// command started and that did not leave the group.
+    Group(Pid),
+    /// The command's process only (`--foreground`: it shares quorumlock's group, which
+    /// must not be signalled).
+    Process(Pid),
+}
 
-impl Signal {
-    /// `SIGTERM`.
-    pub const TERM: Signal = Signal(libc::SIGTERM);
-    /// `SIGKILL`.
-    pub const KILL: Signal = Signal(libc::SIGKILL);
-
-    /// Sends this signal to the process `pid`.
-    pub fn send(self, pid: u32) -> std::io::Result<()> {
-        let pid = libc::pid_t::try_from(pid)
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        // SAFETY: kill(2) takes plain integers and touches no memory of ours. The pid is
-        // that of our own child, which has not been reaped yet (the caller stops signalling
-        // once its wait returned), so it cannot name a recycled process.
-        let result = unsafe { libc::kill(pid, self.0) };
-        if result == 0 {
-            Ok(())
+impl Target {
+    /// The target for the command with process id `pid`.
+    pub fn new(pid: u32, own_group: bool) -> Option<Self> {
+        let pid = Pid::from_raw(i32::try_from(pid).ok()?);
+        Some(if own_group {
+            Target::Group(pid)
         } else {
-            Err(std::io::Error::last_os_error())
+            Target::Process(pid)
+        })
+    }
+
+    /// Sends `signal`.
+    pub fn send(self, signal: Signal) -> nix::Result<()> {
+        match self {
+            Target::Group(pgid) => killpg(pgid, signal),
+            Target::Process(pid) => kill(pid, signal),
         }
+    }
+
+    /// The pid or process-group id, as printed.
+    pub fn id(self) -> i32 {
+        match self {
+            Target::Group(pid) | Target::Process(pid) => pid.as_raw(),
+        }
+    }
+
+    /// What it is, in words.
+    pub fn describe(self) -> String {
+        match self {
+            Target::Group(pgid) => format!("the command's process group {pgid}"),
+            Target::Process(pid) => format!("the command (pid {pid})"),
+        }
+    }
+
+    /// Whether any process of the group is left, once the command itself was reaped.
+    /// Reaps the group's processes that ended meanwhile first: as a subreaper, quorumlock
+    /// inherits the orphans, and an unreaped one would count as alive.
+    pub fn group_alive(self) -> bool {
+        let Target::Group(pgid) = self else {
+            return false;
+        };
+        // Only members of the command's group are waited for, so no other child of this
+        // process (none is expected) loses its exit status.
+        let group = Pid::from_raw(-pgid.as_raw());
+        while let Ok(status) = waitpid(group, Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        // EPERM: a member changed its credentials (setuid); it is still there.
+        matches!(killpg(pgid, None), Ok(()) | Err(Errno::EPERM))
     }
 }
 
-impl fmt::Display for Signal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match NAMES.iter().find(|(_, number)| *number == self.0) {
-            Some((name, _)) => write!(f, "SIG{name}"),
-            None => write!(f, "signal {}", self.0),
-        }
+/// Makes the orphans of the command (processes whose parent ended first) children of this
+/// process rather than of init, so that they can be reaped and seen gone at once, even
+/// where PID 1 does not reap (some containers). Linux only; elsewhere init does it.
+pub fn adopt_orphans() {
+    #[cfg(target_os = "linux")]
+    {
+        // Not fatal: without it the group is still watched, through init's reaping.
+        let _ = nix::sys::prctl::set_child_subreaper(true);
     }
 }
 
 /// Whether this process is in the foreground process group of its terminal, so that the
-/// signals a terminal generates (`SIGINT` for Ctrl-C, `SIGQUIT`) reach the
+/// signals a terminal generates (`SIGINT` for Ctrl-C, `SIGQUIT`) reach a `--foreground`
 /// command too, which shares the group; passing them on would deliver them twice.
 pub fn in_terminal_foreground() -> bool {
-    [libc::STDIN_FILENO, libc::STDERR_FILENO, libc::STDOUT_FILENO]
-        .into_iter()
-        .any(|fd| {
-            // SAFETY: isatty, tcgetpgrp and getpgrp take plain integers, touch no memory of
-            // ours, and only report errors through their return values.
-            unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == libc::getpgrp() }
-        })
+    let group = nix::unistd::getpgrp();
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    (stdin.is_terminal() && nix::unistd::tcgetpgrp(&stdin) == Ok(group))
+        || (stdout.is_terminal() && nix::unistd::tcgetpgrp(&stdout) == Ok(group))
+        || (stderr.is_terminal() && nix::unistd::tcgetpgrp(&stderr) == Ok(group))
 }
 
 /// Whether a terminal generates `signal` for its foreground process group.
 pub fn terminal_generated(signal: Signal) -> bool {
-    signal.0 == libc::SIGINT || signal.0 == libc::SIGQUIT
+    matches!(signal, Signal::SIGINT | Signal::SIGQUIT)
 }
 
 /// What `run` does to the command when the lock is lost.
@@ -90,26 +126,22 @@ pub fn parse_on_lost(text: &str) -> Result<OnLost, String> {
 
 /// Parses a signal name, with or without `SIG`, in any case, or a number.
 pub fn parse_signal(text: &str) -> Result<Signal, String> {
-    if let Ok(number) = text.parse::<libc::c_int>() {
-        return if (1..=64).contains(&number) {
-            Ok(Signal(number))
-        } else {
-            Err(format!("{number} is not a signal number (1 to 64)"))
-        };
+    if let Ok(number) = text.parse::<i32>() {
+        return Signal::try_from(number)
+            .map_err(|_| format!("{number} is not a signal number on this system"));
     }
     let upper = text.to_ascii_uppercase();
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    NAMES
-        .iter()
-        .find(|(known, _)| *known == name)
-        .map(|(_, number)| Signal(*number))
-        .ok_or_else(|| {
-            let names: Vec<&str> = NAMES.iter().map(|(name, _)| *name).collect();
-            format!(
-                "unknown signal {text:?}: use one of {}, a signal number, or none",
-                names.join(", ")
-            )
-        })
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    Signal::from_str(&name).map_err(|_| {
+        format!(
+            "unknown signal {text:?}: use a name such as TERM, INT, HUP, KILL or USR1, \
+             a signal number, or none"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -118,37 +150,43 @@ mod tests {
 
     #[test]
     fn parses_names_numbers_and_none() {
-        assert_eq!(parse_on_lost("TERM"), Ok(OnLost::Signal(Signal::TERM)));
-        assert_eq!(parse_on_lost("sigterm"), Ok(OnLost::Signal(Signal::TERM)));
-        assert_eq!(parse_on_lost("Kill"), Ok(OnLost::Signal(Signal::KILL)));
+        assert_eq!(parse_on_lost("TERM"), Ok(OnLost::Signal(Signal::SIGTERM)));
+        assert_eq!(
+            parse_on_lost("sigterm"),
+            Ok(OnLost::Signal(Signal::SIGTERM))
+        );
+        assert_eq!(parse_on_lost("Kill"), Ok(OnLost::Signal(Signal::SIGKILL)));
         assert_eq!(
             parse_on_lost("SIGUSR1"),
-            Ok(OnLost::Signal(Signal(libc::SIGUSR1)))
+            Ok(OnLost::Signal(Signal::SIGUSR1))
         );
-        assert_eq!(parse_on_lost("2"), Ok(OnLost::Signal(Signal(2))));
+        assert_eq!(parse_on_lost("2"), Ok(OnLost::Signal(Signal::SIGINT)));
         assert_eq!(parse_on_lost("none"), Ok(OnLost::Nothing));
-        assert!(parse_on_lost("0").unwrap_err().contains("1 to 64"));
+        assert!(parse_on_lost("0").unwrap_err().contains("not a signal"));
         let err = parse_on_lost("TREM").unwrap_err();
         assert!(err.contains("TERM") && err.contains("none"), "{err}");
     }
 
     #[test]
-    fn displays_conventional_names() {
-        assert_eq!(Signal::TERM.to_string(), "SIGTERM");
-        assert_eq!(Signal(40).to_string(), "signal 40");
-    }
-
-    #[test]
-    fn sends_signals_to_a_child() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
+    fn signals_a_whole_group_and_sees_it_gone() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .process_group(0)
             .spawn()
             .unwrap();
-        Signal::TERM.send(child.id()).unwrap();
+        let target = Target::new(child.id(), true).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        target.send(Signal::SIGKILL).unwrap();
         let status = child.wait().unwrap();
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(libc::SIGTERM)
+            Some(9)
         );
+        let start = std::time::Instant::now();
+        while target.group_alive() {
+            assert!(start.elapsed().as_secs() < 5, "the group outlived SIGKILL");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
