@@ -109,10 +109,22 @@
 //!
 //! # Observability
 //!
-//! Each lock kind counts what it did ([`LockMetrics`], from `metrics()`), and emits
+//! Each lock kind counts what it did ([`LockMetrics`], from `metrics()`) and what each
+//! node did ([`NodeMetrics`], from `node_metrics()`), and emits
 //! [`tracing`](https://docs.rs/tracing) events: per-node replies and latencies at `trace`,
-//! acquisitions, extensions and releases at `debug`, losses and unconfirmed releases at
-//! `warn`.
+//! acquisitions (with the tally), extensions and releases at `debug`, a failing node (at
+//! most once per node every 10 s), losses and unconfirmed releases at `warn`. Acquisitions,
+//! refreshes and releases run in `quorumlock.acquire` / `.refresh` / `.release` spans with
+//! the resource, the attempts and the outcome. The `metrics` feature records counters and
+//! histograms through the `metrics` crate (names in docs/operations.md, "Monitoring").
+//!
+//! # Deployments
+//!
+//! `rediss://` works out of the box; `TlsOptions` (feature `tls`) adds a private CA, a client certificate
+//! or (for development) no verification (`Redlock::connect_tls`). A lock can also be
+//! built on your own [`redis::Client`]s ([`Redlock::from_clients`],
+//! [`RedisLock::from_client`]). Redis 6.2+ and Valkey 7.2+ are supported; docs/operations.md
+//! lists the ACL grants a lock's user needs.
 //!
 //! # Guarantees, and their limits
 //!
