@@ -6,10 +6,12 @@
 //!   command's status (or a documented code of its own).
 //! - `quorumlock status NAME` shows the lock on each node and whether they agree.
 //! - `quorumlock release NAME --token T` deletes a lock by its token (for operators).
+//! - `quorumlock bench` measures what a lock costs on the nodes, safely.
 //!
 //! See `quorumlock --help` and docs/cli.md for the options and exit codes.
 
 mod args;
+mod bench;
 mod duration;
 mod exit;
 mod nodes;
@@ -70,5 +72,6 @@ async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
         Command::Run(args) => run::run(&cli.global, args, out).await,
         Command::Status(args) => status::status(&cli.global, args, out).await,
         Command::Release(args) => release::release(&cli.global, args, out).await,
+        Command::Bench(args) => bench::bench(&cli.global, args, out).await,
     }
 }
