@@ -346,7 +346,9 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
         thread
             .run(async move {
                 let mut probes = probes.lock().await;
-                while probes.rounds < MIN_PROBE_ROUNDS {
+                let start = Instant::now();
+                // Bounded: rounds that wait out a frozen node's timeouts would drag on.
+                while probes.rounds < MIN_PROBE_ROUNDS && start.elapsed() < MAX_EXTRA_PROBING {
                     probes.round().await;
                 }
             })
@@ -425,6 +427,9 @@ impl Bench {
         }
     }
 }
+
+/// The most time spent on those extra rounds.
+const MAX_EXTRA_PROBING: Duration = Duration::from_secs(1);
 
 /// How often the progress bar is updated.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);

@@ -224,7 +224,9 @@ pub async fn round(
         }
     }))
     .await;
+    let mut answered = Vec::with_capacity(probes.len());
     for (probe, (took, reply)) in probes.iter_mut().zip(pings) {
+        answered.push(reply.is_ok());
         match reply {
             Ok(_) => record(&mut probe.ping, took),
             Err(error) => probe.failed(error),
@@ -234,36 +236,49 @@ pub async fn round(
     let token = format!("{:032x}", rand::random::<u128>());
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     let start = Instant::now();
-    let sets = join_all(probes.iter().map(|probe| {
+    // A node that did not answer the PING is not sent more this round: piling requests on
+    // a node that does not answer tells nothing more, and would hold every round up.
+    let sets = join_all(probes.iter().zip(&answered).map(|(probe, &answered)| {
         let mut conn = probe.conn.clone();
         let token = token.as_str();
         async move {
+            if !answered {
+                return None;
+            }
             let mut set = redis::cmd("SET");
             set.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
             let reply = with_timeout::<Option<String>>(timeout, set.query_async(&mut conn)).await;
-            (start.elapsed(), reply)
+            Some((start.elapsed(), reply))
         }
     }))
     .await;
     // Released whatever the SET's outcome: a SET that timed out may still reach the node,
     // and the release queued behind it on the same connection then removes the key.
-    let releases = join_all(probes.iter().map(|probe| {
+    let releases = join_all(probes.iter().zip(&sets).map(|(probe, set)| {
         let mut conn = probe.conn.clone();
         let token = token.as_str();
+        let sent = set.is_some();
         async move {
+            if !sent {
+                return None;
+            }
             let start = Instant::now();
             let mut release = redis::cmd("EVAL");
             release.arg(RELEASE).arg(1).arg(key).arg(token);
             let reply = with_timeout::<i64>(timeout, release.query_async(&mut conn)).await;
-            (start.elapsed(), reply)
+            Some((start.elapsed(), reply))
         }
     }))
     .await;
 
     let mut steps = Vec::with_capacity(probes.len());
-    for ((probe, (set_took, set)), (release_took, release)) in
-        probes.iter_mut().zip(sets).zip(releases)
-    {
+    for ((probe, set), release) in probes.iter_mut().zip(sets).zip(releases) {
+        let (Some((set_took, set)), Some((release_took, release))) = (set, release) else {
+            steps.push(LockStep {
+                granted_after: None,
+            });
+            continue;
+        };
         let granted = matches!(set, Ok(Some(_)));
         match (set, release) {
             (Ok(_), Ok(_)) => record(&mut probe.lock, set_took + release_took),
