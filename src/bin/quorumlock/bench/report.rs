@@ -37,6 +37,16 @@ pub fn slowest(probes: &[NodeProbe]) -> Option<&NodeProbe> {
         })
 }
 
+/// The median over the nodes of their `lock` medians.
+fn median_lock_p50(probes: &[NodeProbe]) -> Option<f64> {
+    let mut p50s: Vec<f64> = probes
+        .iter()
+        .filter_map(|probe| quantile_ms(&probe.lock, 0.5))
+        .collect();
+    p50s.sort_by(f64::total_cmp);
+    p50s.get(p50s.len() / 2).copied()
+}
+
 /// The nodes that failed requests: they are named whatever their latency.
 fn failing(probes: &[NodeProbe]) -> impl Iterator<Item = &NodeProbe> {
     probes
@@ -139,10 +149,15 @@ pub fn text(bench: &Bench) -> String {
     ));
     text.push('\n');
     if let Some(slow) = slowest(&bench.probes) {
+        // Against the median node, so that a "slowest" within noise reads as such.
+        let slow_p50 = quantile_ms(&slow.lock, 0.5).unwrap_or(0.0);
+        let median = median_lock_p50(&bench.probes).unwrap_or(slow_p50);
         text.push_str(&format!(
-            "  slowest node: {} (lock p50 {}, ping p50 {})\n",
+            "  slowest node: {} (lock p50 {}, {:.1}x the median node's {}; ping p50 {})\n",
             slow.name,
-            fmt_ms(quantile_ms(&slow.lock, 0.5)),
+            fmt_ms(Some(slow_p50)),
+            slow_p50 / median.max(1e-9),
+            fmt_ms(Some(median)),
             fmt_ms(quantile_ms(&slow.ping, 0.5)),
         ));
     }
