@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use hdrhistogram::Histogram;
+use rand::seq::SliceRandom;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{oneshot, Mutex};
 use tokio::time::Instant;
@@ -199,6 +200,23 @@ impl Drop for ProbeThread {
     }
 }
 
+/// Awaits one future per node, first polled (so sent) in a random order, and returns
+/// their outputs in node order. Sent in list order, the requests of a round would reach
+/// the nodes in the same order every time, and on fast links that order alone would pick
+/// the node that completes the quorum.
+async fn in_random_order<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut order: Vec<usize> = (0..futures.len()).collect();
+    order.shuffle(&mut rand::rng());
+    let mut slots: Vec<Option<F>> = futures.into_iter().map(Some).collect();
+    let shuffled: Vec<F> = order.iter().filter_map(|&i| slots[i].take()).collect();
+    let outputs = join_all(shuffled).await;
+    let mut by_node: Vec<Option<F::Output>> = order.iter().map(|_| None).collect();
+    for (i, output) in order.into_iter().zip(outputs) {
+        by_node[i] = Some(output);
+    }
+    by_node.into_iter().flatten().collect()
+}
+
 /// The per-node results of one probe round's lock step.
 struct LockStep {
     /// When the `SET NX PX` was granted, from the round's start; `None` if it was not.
@@ -214,15 +232,21 @@ pub async fn round(
     quorum: usize,
     timeout: Duration,
 ) {
-    let pings = join_all(probes.iter().map(|probe| {
-        let mut conn = probe.conn.clone();
-        async move {
-            let start = Instant::now();
-            let reply =
-                with_timeout::<String>(timeout, redis::cmd("PING").query_async(&mut conn)).await;
-            (start.elapsed(), reply)
-        }
-    }))
+    let pings = in_random_order(
+        probes
+            .iter()
+            .map(|probe| {
+                let mut conn = probe.conn.clone();
+                async move {
+                    let start = Instant::now();
+                    let reply =
+                        with_timeout::<String>(timeout, redis::cmd("PING").query_async(&mut conn))
+                            .await;
+                    (start.elapsed(), reply)
+                }
+            })
+            .collect(),
+    )
     .await;
     let mut answered = Vec::with_capacity(probes.len());
     for (probe, (took, reply)) in probes.iter_mut().zip(pings) {
@@ -238,37 +262,50 @@ pub async fn round(
     let start = Instant::now();
     // A node that did not answer the PING is not sent more this round: piling requests on
     // a node that does not answer tells nothing more, and would hold every round up.
-    let sets = join_all(probes.iter().zip(&answered).map(|(probe, &answered)| {
-        let mut conn = probe.conn.clone();
-        let token = token.as_str();
-        async move {
-            if !answered {
-                return None;
-            }
-            let mut set = redis::cmd("SET");
-            set.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-            let reply = with_timeout::<Option<String>>(timeout, set.query_async(&mut conn)).await;
-            Some((start.elapsed(), reply))
-        }
-    }))
+    let sets = in_random_order(
+        probes
+            .iter()
+            .zip(&answered)
+            .map(|(probe, &answered)| {
+                let mut conn = probe.conn.clone();
+                let token = token.as_str();
+                async move {
+                    if !answered {
+                        return None;
+                    }
+                    let mut set = redis::cmd("SET");
+                    set.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+                    let reply =
+                        with_timeout::<Option<String>>(timeout, set.query_async(&mut conn)).await;
+                    Some((start.elapsed(), reply))
+                }
+            })
+            .collect(),
+    )
     .await;
     // Released whatever the SET's outcome: a SET that timed out may still reach the node,
     // and the release queued behind it on the same connection then removes the key.
-    let releases = join_all(probes.iter().zip(&sets).map(|(probe, set)| {
-        let mut conn = probe.conn.clone();
-        let token = token.as_str();
-        let sent = set.is_some();
-        async move {
-            if !sent {
-                return None;
-            }
-            let start = Instant::now();
-            let mut release = redis::cmd("EVAL");
-            release.arg(RELEASE).arg(1).arg(key).arg(token);
-            let reply = with_timeout::<i64>(timeout, release.query_async(&mut conn)).await;
-            Some((start.elapsed(), reply))
-        }
-    }))
+    let releases = in_random_order(
+        probes
+            .iter()
+            .zip(&sets)
+            .map(|(probe, set)| {
+                let mut conn = probe.conn.clone();
+                let token = token.as_str();
+                let sent = set.is_some();
+                async move {
+                    if !sent {
+                        return None;
+                    }
+                    let start = Instant::now();
+                    let mut release = redis::cmd("EVAL");
+                    release.arg(RELEASE).arg(1).arg(key).arg(token);
+                    let reply = with_timeout::<i64>(timeout, release.query_async(&mut conn)).await;
+                    Some((start.elapsed(), reply))
+                }
+            })
+            .collect(),
+    )
     .await;
 
     let mut steps = Vec::with_capacity(probes.len());
@@ -311,6 +348,14 @@ mod tests {
     fn step(ms: Option<u64>) -> LockStep {
         LockStep {
             granted_after: ms.map(Duration::from_millis),
+        }
+    }
+
+    #[tokio::test]
+    async fn outputs_come_back_in_node_order() {
+        for _ in 0..20 {
+            let futures: Vec<_> = (0..5).map(|i| async move { i * 10 }).collect();
+            assert_eq!(in_random_order(futures).await, [0, 10, 20, 30, 40]);
         }
     }
 
