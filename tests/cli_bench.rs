@@ -290,7 +290,9 @@ async fn json_has_the_documented_fields_and_a_contended_run_leaves_no_key() {
     assert_eq!(keys_left(&cluster).await, Vec::<String>::new());
 }
 
-#[tokio::test]
+// The proxies forward on the test's runtime: two threads keep their own delay out of the
+// healthy nodes' figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_node_is_named_and_the_quorum_does_not_wait_for_it() {
     let cluster = ProxiedCluster::start(5).await.unwrap();
     let slow = 2;
@@ -314,9 +316,10 @@ async fn a_slow_node_is_named_and_the_quorum_does_not_wait_for_it() {
         node["quorum_decided"], 0,
         "a quorum never waits for it: {report}"
     );
-    // The cycle is decided by the three fastest nodes: near theirs, far below the slow one.
+    // Each of the cycle's two rounds is decided by the three fastest nodes: a cycle that
+    // waited for the slow node in either would take the 20 ms added at least.
     let cycle = ms(&report["levels"][0]["cycle"]["p50_ms"]);
-    assert!(cycle < 15.0, "cycle p50 {cycle} ms:\n{report}");
+    assert!(cycle < 20.0, "cycle p50 {cycle} ms:\n{report}");
     let fast: Vec<f64> = report["nodes"]
         .as_array()
         .unwrap()
@@ -326,7 +329,7 @@ async fn a_slow_node_is_named_and_the_quorum_does_not_wait_for_it() {
         .map(|(_, node)| ms(&node["lock"]["p50_ms"]))
         .collect();
     assert!(
-        fast.iter().all(|&lock| lock < slow_lock / 4.0),
+        fast.iter().all(|&lock| lock < slow_lock / 2.0),
         "{fast:?} vs {slow_lock}"
     );
 }
