@@ -15,7 +15,7 @@ mod stats;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -189,39 +189,7 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
             format!("could not start the probe thread: {error}"),
         )
     })?;
-    // Every node must answer now: its keys must be checked before any is created, and a
-    // report on fewer nodes than given would describe another deployment.
-    let connected =
-        {
-            let urls = urls.clone();
-            thread
-                .run(async move {
-                    join_all(urls.iter().map(|url| {
-                        probe::connect(url, redact_url(url), connect_timeout, node_timeout)
-                    }))
-                    .await
-                })
-                .await
-        };
-    let mut nodes = Vec::with_capacity(urls.len());
-    let mut unreachable = Vec::new();
-    for (url, probe) in urls.iter().zip(connected) {
-        match probe {
-            Ok(probe) => nodes.push(probe),
-            Err(error) => unreachable.push(format!("{} ({error})", redact_url(url))),
-        }
-    }
-    if !unreachable.is_empty() {
-        return Err(CliError::new(
-            Kind::Unavailable,
-            format!("node(s) did not answer: {}", unreachable.join("; ")),
-        )
-        .hint(
-            "bench measures every node given and checks each for its keys before it starts: \
-             check that they are up and reachable, raise --connect-timeout, or leave them out \
-             of --nodes",
-        ));
-    }
+    let nodes = connect_all(&thread, &urls, connect_timeout, node_timeout).await?;
 
     let all_keys = Arc::new(names.all_keys());
     let connections: Arc<Vec<(String, ConnectionManager)>> = Arc::new(
@@ -295,7 +263,7 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
         lock,
         names: names.clone(),
         ttl: config.ttl(),
-        stop: AtomicBool::new(false),
+        stop: watch::channel(false).0,
         remaining: AtomicU64::new(0),
         done: AtomicU64::new(0),
         limiter: args.rate.map(Limiter::new),
@@ -463,6 +431,49 @@ fn lock_config(
         .map_err(|error| CliError::from_lock(&LockError::Config(error)))
 }
 
+/// A probe connection to every node, on the probe thread.
+///
+/// Every node must answer now: its keys must be checked before any is created, and a
+/// report on fewer nodes than given would describe another deployment.
+async fn connect_all(
+    thread: &ProbeThread,
+    urls: &[String],
+    connect_timeout: Duration,
+    node_timeout: Duration,
+) -> Result<Vec<NodeProbe>, CliError> {
+    let owned = urls.to_vec();
+    let connected = thread
+        .run(async move {
+            join_all(
+                owned
+                    .iter()
+                    .map(|url| probe::connect(url, redact_url(url), connect_timeout, node_timeout)),
+            )
+            .await
+        })
+        .await;
+    let mut nodes = Vec::with_capacity(urls.len());
+    let mut unreachable = Vec::new();
+    for (url, probe) in urls.iter().zip(connected) {
+        match probe {
+            Ok(probe) => nodes.push(probe),
+            Err(error) => unreachable.push(format!("{} ({error})", redact_url(url))),
+        }
+    }
+    if unreachable.is_empty() {
+        return Ok(nodes);
+    }
+    Err(CliError::new(
+        Kind::Unavailable,
+        format!("node(s) did not answer: {}", unreachable.join("; ")),
+    )
+    .hint(
+        "bench measures every node given and checks each for its keys before it starts: \
+         check that they are up and reachable, raise --connect-timeout, or leave them out \
+         of --nodes",
+    ))
+}
+
 /// Which of `keys` already exist, on which node.
 async fn check_keys(
     connections: Arc<Vec<(String, ConnectionManager)>>,
@@ -562,8 +573,9 @@ struct Shared {
     lock: AnyLock,
     names: Names,
     ttl: Duration,
-    /// Set at the end of --duration: each task finishes its cycle and stops.
-    stop: AtomicBool,
+    /// Set at the end of --duration: each task finishes its cycle and stops (a watch, so
+    /// that a task waiting for its --rate slot stops at once).
+    stop: watch::Sender<bool>,
     /// Cycles left to start, with --ops.
     remaining: AtomicU64,
     /// Cycles completed in this level, for the progress bar.
@@ -623,7 +635,7 @@ async fn run_level(
     progress: &ProgressBar,
     signals: &mut Signals,
 ) -> (Level, Option<&'static str>) {
-    shared.stop.store(false, Ordering::Relaxed);
+    shared.stop.send_replace(false);
     shared.done.store(0, Ordering::Relaxed);
     shared
         .remaining
@@ -654,8 +666,8 @@ async fn run_level(
     let results = loop {
         tokio::select! {
             results = &mut tasks => break results,
-            _ = tokio::time::sleep_until(end), if args.ops.is_none() && !shared.stop.load(Ordering::Relaxed) => {
-                shared.stop.store(true, Ordering::Relaxed);
+            _ = tokio::time::sleep_until(end), if args.ops.is_none() && !*shared.stop.borrow() => {
+                shared.stop.send_replace(true);
             }
             _ = progress_tick.tick() => {
                 let done = shared.done.load(Ordering::Relaxed);
@@ -733,9 +745,10 @@ async fn task(
         errors: BTreeMap::new(),
         last_error: None,
     };
+    let mut stopping = shared.stop.subscribe();
     let cycles = async {
         loop {
-            if shared.stop.load(Ordering::Relaxed) {
+            if *stopping.borrow() {
                 break;
             }
             let ticket =
@@ -748,9 +761,9 @@ async fn task(
                 break;
             }
             if let Some(limiter) = &shared.limiter {
-                limiter.wait().await;
-                if shared.stop.load(Ordering::Relaxed) {
-                    break;
+                tokio::select! {
+                    () = limiter.wait() => {}
+                    _ = stopping.wait_for(|stop| *stop) => break,
                 }
             }
             cycle(&shared, &resource, &mut result).await;
