@@ -383,6 +383,36 @@ async fn a_frozen_node_shows_timeouts_and_the_run_completes() {
 }
 
 #[tokio::test]
+async fn a_node_lost_mid_run_is_reported_not_fatal() {
+    let mut cluster = RedisCluster::start(3).await.unwrap();
+    let lost = 0;
+    let mut run = Background::start(bench(&cluster.urls()).args([
+        "--json",
+        "--concurrency",
+        "2",
+        "--duration",
+        "1s",
+    ]));
+    run.started().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.node_mut(lost).kill().await.unwrap();
+    let (code, report, events) = run.finish().await;
+
+    // Two of three still make a quorum: the run completes, and names the node it lost.
+    assert_eq!(code, 0, "{report}\n{events:?}");
+    let node = &report["nodes"][lost];
+    let failures = node["errors"].as_u64().unwrap() + node["timeouts"].as_u64().unwrap();
+    assert!(failures > 0, "{node}");
+    assert!(node["last_error"].is_string(), "{node}");
+    assert_eq!(report["levels"][0]["failed"], 0, "{report}");
+    assert_eq!(
+        report["cleanup"]["unchecked"][0]["node"],
+        cluster.urls()[lost].as_str()
+    );
+    assert_eq!(keys_left(&cluster).await, Vec::<String>::new());
+}
+
+#[tokio::test]
 async fn ctrl_c_mid_run_leaves_no_key() {
     let cluster = RedisCluster::start(3).await.unwrap();
     // Contended, so that waiters are queued on the nodes when the signal comes.
