@@ -870,6 +870,31 @@ impl Signals {
 mod tests {
     use super::*;
 
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        use clap::Parser;
+        let cli = crate::args::Cli::try_parse_from(["quorumlock", "bench"].iter().chain(args))?;
+        match cli.command {
+            crate::args::Command::Bench(bench) => Ok(bench),
+            other => panic!("not bench: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_line_takes_sweeps_and_the_last_fairness_flag() {
+        let args = parse(&["--concurrency", "1,16,64", "--no-fair"]).unwrap();
+        assert_eq!(args.concurrency, [1, 16, 64]);
+        assert!(args.no_fair);
+        assert_eq!(args.duration, Duration::from_secs(10));
+        assert_eq!(args.ttl, Duration::from_secs(10));
+        assert!(!parse(&["--no-fair", "--fair"]).unwrap().no_fair);
+        assert!(parse(&["--fair", "--no-fair"]).unwrap().no_fair);
+        assert_eq!(parse(&[]).unwrap().concurrency, [1]);
+        let conflict = parse(&["--duration", "1s", "--ops", "5"]).unwrap_err();
+        assert_eq!(conflict.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let zero = parse(&["--concurrency", "0"]).unwrap_err();
+        assert_eq!(zero.kind(), clap::error::ErrorKind::ValueValidation);
+    }
+
     #[test]
     fn rates_must_be_positive() {
         assert_eq!(parse_rate("100"), Ok(100.0));
