@@ -237,6 +237,16 @@ pub enum Command {
     /// tell.
     Release(ReleaseArgs),
 
+    /// Measure what a lock costs on these nodes: per-node round trips, acquire + release
+    /// latency, throughput, attempts and validity lost per acquisition.
+    ///
+    /// Every key it creates is under a prefix unique to the run (printed at the start),
+    /// and is removed when it ends or is interrupted; no other key is read or written. It
+    /// refuses to start when a key it would use already exists (unless --force), and when a
+    /// node does not answer at the start. Use --rate to cap the load on a production
+    /// deployment. See docs/cli.md, "quorumlock bench".
+    #[command(after_help = crate::bench::AFTER_HELP)]
+    Bench(BenchArgs),
     /// Print the full manual (docs/cli.md, built into the binary) on stdout.
     Manual,
 }
@@ -351,6 +361,68 @@ pub struct ReleaseArgs {
     /// The holder's token: only a key holding exactly this token is deleted.
     #[arg(long, value_name = "TOKEN")]
     pub token: String,
+}
+
+/// `quorumlock bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Concurrent tasks, or a comma-separated sweep (one row each): 1,16,64.
+    #[arg(
+        long,
+        default_value = "1",
+        value_delimiter = ',',
+        value_name = "N,...",
+        value_parser = clap::value_parser!(u32).range(1..=crate::bench::MAX_CONCURRENCY)
+    )]
+    pub concurrency: Vec<u32>,
+
+    /// All tasks take one resource, so each waits for the others (reports wait time and
+    /// how evenly the tasks were served); otherwise each task has its own.
+    #[arg(long)]
+    pub contended: bool,
+
+    /// How long each concurrency level runs.
+    #[arg(
+        long,
+        default_value = "10s",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        conflicts_with = "ops"
+    )]
+    pub duration: Duration,
+
+    /// Run this many acquire + release cycles per concurrency level instead of --duration.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ops: Option<u64>,
+
+    /// At most this many cycles per second, all tasks together (decimals allowed).
+    #[arg(long, value_name = "OPS", value_parser = crate::bench::parse_rate)]
+    pub rate: Option<f64>,
+
+    /// The TTL of every lock taken.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Waiters of a contended lock queue on the nodes, first come first served (the
+    /// library's default).
+    #[arg(long, overrides_with = "no_fair")]
+    pub fair: bool,
+
+    /// Waiters race for each release instead of queueing.
+    #[arg(long, overrides_with = "fair")]
+    pub no_fair: bool,
+
+    /// Draw the latency distribution of each level into this PNG file.
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<std::path::PathBuf>,
+
+    /// Names the run in the key prefix instead of a random id (letters, digits, - and _).
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+
+    /// Run even when keys this run would use already exist; they are left alone.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[cfg(test)]

@@ -6,12 +6,14 @@
 //!   command's status (or a documented code of its own).
 //! - `quorumlock status NAME` shows the lock on each node and whether they agree.
 //! - `quorumlock release NAME --token T` deletes a lock by its token (for operators).
+//! - `quorumlock bench` measures what a lock costs on the nodes, safely.
 //!
 //! - `quorumlock manual` prints docs/cli.md, built in.
 //!
 //! See `quorumlock --help` and docs/cli.md for the options and exit codes.
 
 mod args;
+mod bench;
 mod duration;
 mod exit;
 mod nodes;
@@ -114,5 +116,6 @@ async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
             out.manual(MANUAL_TEXT);
             Ok(0)
         }
+        Command::Bench(args) => bench::bench(&cli.global, args, out).await,
     }
 }

@@ -98,6 +98,21 @@ pub enum Event {
         /// From the lock taken to its release.
         held_ms: u64,
     },
+    /// `bench` checked the nodes and is about to create its first key.
+    BenchStarted {
+        key_prefix: String,
+        nodes: usize,
+        quorum: usize,
+    },
+    /// `bench` could not remove or check its keys on a node.
+    #[serde(rename = "warning")]
+    NodeWarning {
+        node: String,
+        message: String,
+        /// The keys of the run still there, when they could be listed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        keys: Option<Vec<String>>,
+    },
     /// The error that ends the program.
     Error {
         kind: &'static str,
