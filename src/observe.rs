@@ -4,8 +4,9 @@
 //!
 //! Everything here is registered once, when a lock is made: an operation only bumps atomics
 //! (and, with the feature, calls pre-registered handles, no-ops without a recorder). No
-//! allocation, no task, no lock per operation; only a failing node's last error is kept as
-//! text (one allocation per failure).
+//! allocation, no task, no lock per successful operation; a failure takes a short mutex to
+//! keep the node's last error, copied only when it differs from the one kept (a node that
+//! keeps failing the same way allocates nothing).
 //!
 //! [`Counters`]: crate::metrics::Counters
 
@@ -41,7 +42,7 @@ struct NodeStats {
     timeouts: AtomicU64,
     latency_us: AtomicU64,
     latency_max_us: AtomicU64,
-    last_error: Mutex<Option<String>>,
+    last_error: Mutex<Option<NodeError>>,
     /// When the last warning was given, in ms since `began`, plus one (0: never).
     warned_at: AtomicU64,
     /// Failures since the last warning.
@@ -106,10 +107,15 @@ impl Observed {
         } else {
             node.meters.errors.increment(1);
         }
-        *node
-            .last_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
+        {
+            let mut last = node
+                .last_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if last.as_ref() != Some(error) {
+                *last = Some(error.clone());
+            }
+        }
         let unwarned = node.unwarned.fetch_add(1, Ordering::Relaxed) + 1;
         if !tracing::enabled!(tracing::Level::WARN) {
             return;
@@ -151,7 +157,8 @@ impl Observed {
                     .last_error
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .clone(),
+                    .as_ref()
+                    .map(NodeError::to_string),
             })
             .collect()
     }

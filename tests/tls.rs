@@ -259,3 +259,27 @@ async fn the_cli_takes_the_tls_flags_and_environment() {
     let text = String::from_utf8_lossy(&run.stderr);
     assert!(text.contains("rediss://127.0.0.1:"), "{text}");
 }
+
+/// A TLS handshake that never completes (the server accepts, then is frozen) is bounded by
+/// the connect timeout, not left hanging.
+#[tokio::test]
+async fn a_stuck_tls_handshake_is_bounded_by_the_connect_timeout() {
+    let certs = TestCertificates::generate().unwrap();
+    let mut cluster = tls_cluster(1, &certs, false).await;
+    cluster.node_mut(0).freeze().await.unwrap();
+    let config = tls_config()
+        .to_builder()
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let url = cluster.node(0).tls_url().unwrap();
+    let lock = RedisLock::connect_tls(&url, &trusting(&certs), config)
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(2), "connect took {waited:?}");
+    let error = lock.try_acquire("stuck").await.unwrap_err();
+    assert!(matches!(error, LockError::NoQuorum { .. }), "{error}");
+    cluster.node_mut(0).thaw().await.unwrap();
+}
