@@ -6,7 +6,6 @@ use std::time::Duration;
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 
-use quorumlock::node::redact_url;
 use quorumlock::{LockConfig, LockError, LockGuard, RedisLock, Redlock, TlsOptions};
 
 use crate::args::GlobalArgs;
@@ -180,14 +179,9 @@ pub fn check_urls(global: &GlobalArgs, urls: &[String]) -> Result<Vec<redis::Cli
     let tls = tls_options(global)?;
     urls.iter()
         .map(|url| {
-            let client = if tls.is_default() {
-                redis::Client::open(url.as_str()).map_err(|error| LockError::InvalidNode {
-                    node: redact_url(url),
-                    reason: error.to_string(),
-                })
-            } else {
-                tls.client(url)
-            };
+            // Through the options even when they are the defaults: a rediss:// client needs
+            // the TLS crypto provider installed before its first connection.
+            let client = tls.client(url);
             client.map_err(|error| CliError::from_lock(&error))
         })
         .collect()
