@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
 
+use futures::FutureExt;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisResult, Value};
 use tokio::sync::Notify;
@@ -323,7 +324,16 @@ impl Link {
         *state = State::Connecting { queue, last };
         let link = Arc::clone(self);
         let attempt = async move {
-            let outcome = link.establish().await;
+            // A panic below (a TLS stack without a crypto provider, say) must not leave the
+            // node connecting for ever: it counts as a failed attempt, and is retried.
+            let outcome = std::panic::AssertUnwindSafe(link.establish())
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Rejection::Failed(not_connected(
+                        "the attempt to connect panicked",
+                    )))
+                });
             link.settle(outcome, failures);
         };
         match tokio::runtime::Handle::try_current() {
