@@ -141,6 +141,22 @@ impl Coordinator {
         })
     }
 
+    /// A coordinator over Redis nodes for `clients` (named without credentials), connected
+    /// and checked at once (see [`connect_checked`](crate::node::connect_checked)), the
+    /// nodes counting into the coordinator's counters.
+    pub(crate) async fn connected(
+        clients: Vec<(String, redis::Client)>,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
+        let counters = Arc::default();
+        let nodes = crate::node::connect_checked(clients, &config, &counters)
+            .await?
+            .into_iter()
+            .map(|node| Arc::new(node) as Arc<dyn LockNode>)
+            .collect();
+        Self::with_counters(nodes, config, counters)
+    }
+
     /// The same nodes with another configuration.
     pub(crate) fn with_config(&self, config: LockConfig) -> Self {
         Coordinator {

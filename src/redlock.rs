@@ -132,14 +132,8 @@ impl Redlock {
         clients: Vec<(String, redis::Client)>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
-        let counters = Arc::default();
-        let nodes = crate::node::connect_checked(clients, &config, &counters)
-            .await?
-            .into_iter()
-            .map(|node| Arc::new(node) as Arc<dyn LockNode>)
-            .collect();
         Ok(Redlock {
-            coordinator: Arc::new(Coordinator::with_counters(nodes, config, counters)?),
+            coordinator: Arc::new(Coordinator::connected(clients, config).await?),
         })
     }
 
