@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use common::Result;
 use quorumlock::fencing::fenced_set;
+use quorumlock::testkit::Persistence;
 use quorumlock::{LockConfig, LockError, Redlock};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -55,7 +56,8 @@ async fn main() -> ExitCode {
 async fn run() -> Result {
     // QUORUMLOCK_NODES=redis://host1:6379,... or 5 local nodes; the report lives on a
     // server of its own (the first node with QUORUMLOCK_NODES). All stop when dropped.
-    let (nodes, store_server) = common::lock_nodes_and_store(5).await?;
+    let (nodes, store_server) =
+        common::lock_nodes_and_store(5, Persistence::AppendFsyncAlways).await?;
     let config = LockConfig::builder().ttl(TTL).fencing(true).build()?;
     let store = common::connect(&store_server.url).await?;
     // Two separate clients, as two processes would have.

@@ -12,7 +12,7 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use quorumlock::testkit::RedisCluster;
+use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster};
 use redis::aio::MultiplexedConnection;
 
 /// The examples' result type: any error, printed as the reason the run failed.
@@ -63,7 +63,12 @@ pub async fn lock_nodes(local: usize) -> Result<Nodes> {
 /// Like [`lock_nodes`], plus a store for the protected data: with local nodes a server of
 /// its own (as a database would be: the lock nodes only hold locks), with
 /// `QUORUMLOCK_NODES` the first node (the example keeps its data under its own keys).
-pub async fn lock_nodes_and_store(local: usize) -> Result<(Nodes, Store)> {
+/// Local lock nodes keep their data as `persistence` says (fencing needs an append-only
+/// file).
+pub async fn lock_nodes_and_store(
+    local: usize,
+    persistence: Persistence,
+) -> Result<(Nodes, Store)> {
     Ok(match nodes_from_env() {
         Some(urls) => {
             let url = urls.first().cloned().ok_or("QUORUMLOCK_NODES is empty")?;
@@ -71,8 +76,13 @@ pub async fn lock_nodes_and_store(local: usize) -> Result<(Nodes, Store)> {
             (Nodes::remote(urls), store)
         }
         None => {
-            let (cluster, server) =
-                tokio::try_join!(RedisCluster::start(local), RedisCluster::start(1))?;
+            let (cluster, server) = tokio::try_join!(
+                RedisCluster::start_with(
+                    local,
+                    NodeOptions::default().with_persistence(persistence)
+                ),
+                RedisCluster::start(1)
+            )?;
             let store = Store {
                 url: server.node(0).url(),
                 _server: Some(server),
