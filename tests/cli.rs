@@ -5,6 +5,8 @@
 //! nodes and logs.
 #![cfg(feature = "cli")]
 
+mod cli_support;
+
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -16,16 +18,12 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, Command};
 
-/// The binary under test.
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+use cli_support::{code, output, stderr, stdout, BIN, LIMIT};
 
 /// The per-node timeout of the `run`s here: well above the 50 ms default, so that a
 /// machine loaded by parallel builds does not turn slow answers into failed nodes (the
 /// lost-lock tests, with a 1 s TTL, use 100 ms).
 const RUN_NODE_TIMEOUT: &str = "250ms";
-
-/// No single invocation in these tests should come near this.
-const LIMIT: Duration = Duration::from_secs(30);
 
 async fn cluster(n: usize) -> RedisCluster {
     RedisCluster::start(n).await.expect("redis-server nodes")
@@ -48,26 +46,6 @@ fn bare() -> Command {
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command
-}
-
-/// Runs to completion (bounded by [`LIMIT`]) and captures the output.
-async fn output(command: &mut Command) -> Output {
-    tokio::time::timeout(LIMIT, command.output())
-        .await
-        .expect("quorumlock did not finish in time")
-        .expect("quorumlock could not be started")
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("exited, not killed")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// The JSON lines of a `--json` run's stderr.

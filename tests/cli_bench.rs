@@ -3,6 +3,8 @@
 //! refusals, and no key left behind on any node.
 #![cfg(feature = "cli")]
 
+mod cli_support;
+
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
@@ -11,15 +13,11 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
-/// The binary under test.
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+use cli_support::{code, output, stderr, stdout, BIN, LIMIT};
 
 /// Well above the 50 ms default, so that a machine loaded by parallel builds does not
 /// turn slow answers into failed nodes.
 const NODE_TIMEOUT: &str = "250ms";
-
-/// No single invocation here should come near this.
-const LIMIT: Duration = Duration::from_secs(30);
 
 /// `quorumlock bench` on `urls`, with nothing from the caller's environment that could
 /// change its behaviour.
@@ -33,25 +31,6 @@ fn bench(urls: &[String]) -> Command {
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command
-}
-
-async fn output(command: &mut Command) -> Output {
-    tokio::time::timeout(LIMIT, command.output())
-        .await
-        .expect("quorumlock did not finish in time")
-        .expect("quorumlock could not be started")
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("exited, not killed")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// The `--json` report on stdout.
