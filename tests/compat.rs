@@ -95,11 +95,20 @@ async fn a_queued_waiter_is_handed_the_lock_at_release() {
 async fn fencing_tokens_increase_on_append_only_nodes() {
     let options = NodeOptions::default().with_persistence(Persistence::AppendFsyncAlways);
     let cluster = RedisCluster::start_with(3, options).await.unwrap();
-    let fenced = config(TTL).to_builder().fencing(true).build().unwrap();
+    // Every write is fsynced before the node answers: on a loaded machine the 50 ms
+    // per-node timeout is too tight for that (all three nodes timed out once in CI), so
+    // give each node more time and the acquisition a few retries.
+    let fenced = config(TTL)
+        .to_builder()
+        .fencing(true)
+        .node_timeout(Duration::from_millis(250))
+        .retry_count(5)
+        .build()
+        .unwrap();
     let lock = redlock(&cluster, fenced).await;
     let mut last = 0;
     for _ in 0..5 {
-        let guard = lock.try_acquire("compat:fenced").await.unwrap();
+        let guard = lock.acquire("compat:fenced").await.unwrap();
         let token = guard.fencing_token().unwrap();
         assert!(token > last, "token {token} after {last}");
         last = token;
