@@ -52,7 +52,14 @@ async fn a_release_reaches_nodes_that_lost_their_scripts() {
 async fn a_release_reaches_nodes_restarted_since_the_acquire() {
     let options = NodeOptions::default().with_persistence(Persistence::AppendFsyncAlways);
     let mut cluster = RedisCluster::start_with(5, options).await.unwrap();
-    let lock = redlock(&cluster, config(TTL)).await;
+    // Every write is fsynced before the node answers: more than the 50 ms default per node
+    // on a loaded machine.
+    let patient = config(TTL)
+        .to_builder()
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .unwrap();
+    let lock = redlock(&cluster, patient).await;
     for round in 0..3 {
         let guard = lock
             .try_acquire(&format!("restarted:{round}"))
