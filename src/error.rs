@@ -1,10 +1,10 @@
 //! The error types: [`LockError`] for every lock operation, [`ConfigError`] for settings,
-//! and [`NodeError`] / [`NodeFailure`] for what one node did wrong.
+//! and [`NodeError`] / [`NodeFailure`] for what one node did wrong; and [`LeaseEnd`], how a
+//! held lock ended, which [`LockError::Lost`] carries and which carries a `LockError` in
+//! turn.
 
 use std::fmt;
 use std::time::Duration;
-
-use crate::lease::LeaseEnd;
 
 /// Why a [`LockConfig`](crate::LockConfig) was rejected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -383,6 +383,29 @@ impl LockError {
             | LockError::NoQuorum { tally, .. }
             | LockError::NotHeld { tally, .. } => Some(tally),
             _ => None,
+        }
+    }
+}
+
+/// How a lease ended.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LeaseEnd {
+    /// The holder released the lock.
+    Released,
+    /// The validity deadline passed without a successful refresh.
+    Expired,
+    /// A refresh found the lock gone (expired on the nodes, flushed, or taken over), or could
+    /// not reach a quorum in time to confirm it before the deadline.
+    Lost(Box<LockError>),
+}
+
+impl std::fmt::Display for LeaseEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseEnd::Released => f.write_str("released"),
+            LeaseEnd::Expired => f.write_str("the validity deadline passed"),
+            LeaseEnd::Lost(error) => write!(f, "{error}"),
         }
     }
 }

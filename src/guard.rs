@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{ConfigError, LockError, Tally};
-use crate::lease::{Lease, LeaseEnd, LostSignal};
+use crate::error::{ConfigError, LeaseEnd, LockError, Tally};
+use crate::lease::{Lease, LostSignal};
 use crate::quorum::Coordinator;
 use crate::token::LockToken;
 use crate::watchdog::{AutoExtend, Watchdog};

@@ -10,34 +10,11 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::error::{LockError, Tally};
+use crate::error::{LeaseEnd, LockError, Tally};
 use crate::metrics::Counters;
 use crate::quorum::Coordinator;
 use crate::resource::Keys;
 use crate::token::LockToken;
-
-/// How a lease ended.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum LeaseEnd {
-    /// The holder released the lock.
-    Released,
-    /// The validity deadline passed without a successful refresh.
-    Expired,
-    /// A refresh found the lock gone (expired on the nodes, flushed, or taken over), or could
-    /// not reach a quorum in time to confirm it before the deadline.
-    Lost(Box<LockError>),
-}
-
-impl std::fmt::Display for LeaseEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LeaseEnd::Released => f.write_str("released"),
-            LeaseEnd::Expired => f.write_str("the validity deadline passed"),
-            LeaseEnd::Lost(error) => write!(f, "{error}"),
-        }
-    }
-}
 
 /// Where a lease stands: its current deadline, and how it ended once it has.
 #[derive(Debug, Clone)]

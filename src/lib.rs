@@ -187,10 +187,10 @@ pub mod sim;
 pub mod testkit;
 
 pub use config::{LockConfig, LockConfigBuilder};
-pub use error::{ConfigError, LockError, NodeError, NodeFailure, Tally};
+pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
 pub use factory::{LockFactory, NamedLock};
 pub use guard::LockGuard;
-pub use lease::{LeaseEnd, LostSignal};
+pub use lease::LostSignal;
 pub use lock::DistributedLock;
 pub use metrics::{LockMetrics, NodeMetrics};
 pub use redlock::Redlock;

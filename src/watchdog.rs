@@ -7,8 +7,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::LockConfig;
-use crate::error::{ConfigError, LockError};
-use crate::lease::{Lease, LeaseEnd};
+use crate::error::{ConfigError, LeaseEnd, LockError};
+use crate::lease::Lease;
 
 /// How a guard's watchdog extends its lock; see [`LockGuard::auto_extend`](crate::LockGuard::auto_extend).
 ///
