@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::config::{micros, millis};
 use crate::error::{LockError, NodeError};
 use crate::metrics::NodeMetrics;
 use crate::node::LockNode;
@@ -81,7 +82,7 @@ impl Observed {
         let Some(node) = self.nodes.get(index) else {
             return;
         };
-        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        let micros = micros(latency);
         node.replies.fetch_add(1, Ordering::Relaxed);
         node.latency_us.fetch_add(micros, Ordering::Relaxed);
         node.latency_max_us.fetch_max(micros, Ordering::Relaxed);
@@ -120,11 +121,9 @@ impl Observed {
         if !tracing::enabled!(tracing::Level::WARN) {
             return;
         }
-        let now = u64::try_from(self.began.elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_add(1);
+        let now = millis(self.began.elapsed()).saturating_add(1);
         let last = node.warned_at.load(Ordering::Relaxed);
-        let due = last == 0 || now.saturating_sub(last) >= NODE_WARN_INTERVAL.as_millis() as u64;
+        let due = last == 0 || now.saturating_sub(last) >= millis(NODE_WARN_INTERVAL);
         if due
             && node
                 .warned_at

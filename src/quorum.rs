@@ -15,7 +15,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::config::LockConfig;
+use crate::config::{micros, millis, LockConfig};
 use crate::error::{LockError, NodeError, NodeFailure, Tally};
 use crate::fencing;
 use crate::guard::LockGuard;
@@ -447,7 +447,7 @@ impl Coordinator {
             None
         };
         let now = Instant::now();
-        match self.deadline_from(started) {
+        match self.config.deadline_from(started) {
             Some(deadline) if deadline > now => Ok((deadline, fencing_token)),
             _ => Err(LockError::ValidityExhausted {
                 resource: resource.to_owned(),
@@ -812,7 +812,7 @@ impl Coordinator {
         }
         // The extension counts only if it was confirmed while the old lease still held.
         self.check_not_expired(resource, current_deadline, finished)?;
-        match self.deadline_from(started) {
+        match self.config.deadline_from(started) {
             Some(deadline) if deadline > finished => {
                 Counters::bump(&self.counters.extended);
                 tracing::debug!(
@@ -960,22 +960,12 @@ impl Coordinator {
         let lifetime = self.waiter_interest();
         let ticket = began
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| {
-                u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
-            });
+            .map_or(0, micros);
         QueuePlace {
             waiter: LockToken::from_string(format!("{}:{}", self.client, LockToken::generate())),
             ticket,
             lifetime,
         }
-    }
-
-    /// The end of the validity of a lock whose round started at `started`:
-    /// `started + ttl - (ttl * drift_factor + 2 ms)`, or `None` on overflow.
-    fn deadline_from(&self, started: Instant) -> Option<Instant> {
-        let drift = self.config.drift_allowance();
-        let validity = self.config.ttl().checked_sub(drift)?;
-        started.checked_add(validity)
     }
 
     fn check_not_expired(
@@ -1162,16 +1152,6 @@ const MIN_RESERVATION_GRACE: Duration = Duration::from_millis(1);
 
 /// Slack added to a waiter's queue place or interest for its scheduling delays.
 const WAITER_MARGIN: Duration = Duration::from_millis(100);
-
-/// Whole milliseconds, for trace fields.
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Whole microseconds, for trace fields.
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
-}
 
 /// Unlocks every node in the background unless disarmed: makes an acquisition round safe
 /// to cancel at any await point.

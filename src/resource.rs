@@ -59,6 +59,24 @@ impl Resources {
     }
 }
 
+impl LockConfig {
+    /// The Redis key a lock on `resource` lives under: the name, after the key prefix.
+    /// Fails on a name that cannot be a lock (empty, or longer than
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)).
+    ///
+    /// ```
+    /// # use quorumlock::LockConfig;
+    /// let config = LockConfig::builder().key_prefix("locks:").build()?;
+    /// assert_eq!(config.key_for("order:1")?, "locks:order:1");
+    /// assert!(config.key_for("").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_for(&self, resource: &str) -> Result<String, LockError> {
+        validate(resource)?;
+        Ok(key_of(self, resource).to_string())
+    }
+}
+
 /// The Redis key of resource `name`: the name itself, or the configured prefix and the name.
 fn key_of(config: &LockConfig, name: &str) -> Arc<str> {
     match config.key_prefix() {
