@@ -91,21 +91,38 @@ impl<L: DistributedLock> NamedLock<L> {
     }
 
     /// One attempt, no waiting.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`DistributedLock::try_acquire`]: dropping the future leaves no lock behind.
     pub async fn try_acquire(&self) -> Result<LockGuard, LockError> {
         self.lock.try_acquire(&self.resource).await
     }
 
     /// Bounded attempts with jittered waits.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`DistributedLock::acquire`]: dropping the future leaves no lock behind.
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
         self.lock.acquire(&self.resource).await
     }
 
     /// Bounded attempts within `timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`DistributedLock::acquire_timeout`]: dropping the future leaves no lock behind.
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard, LockError> {
         self.lock.acquire_timeout(&self.resource, timeout).await
     }
 
     /// Runs `work` under this lock, auto-extended; see [`DistributedLock::with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`DistributedLock::with`]: dropping the future cancels `work` and releases the
+    /// lock in the background.
     pub async fn with<F, Fut, T>(&self, work: F) -> Result<T, LockError>
     where
         F: FnOnce(LostSignal) -> Fut + Send,

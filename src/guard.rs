@@ -48,15 +48,19 @@ use crate::watchdog::{AutoExtend, Watchdog};
 /// ```
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
+    /// The coordinator that granted the lease, which every operation on it goes through.
+    coordinator: Arc<Coordinator>,
     lease: Arc<Lease>,
     watchdog: Option<Watchdog>,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(lease: Lease) -> Self {
+    /// The guard of `lease`, which `coordinator` granted.
+    pub(crate) fn new(coordinator: Arc<Coordinator>, lease: Arc<Lease>) -> Self {
         LockGuard {
-            lease: Arc::new(lease),
+            coordinator,
+            lease,
             watchdog: None,
             released: false,
         }
@@ -157,7 +161,8 @@ impl LockGuard {
     ///
     /// Needs a tokio runtime (the task is spawned on the current one).
     pub fn auto_extend(&mut self, options: AutoExtend) -> Result<(), ConfigError> {
-        self.watchdog = Some(Watchdog::start(Arc::clone(&self.lease), options)?);
+        let watchdog = Watchdog::start(&self.coordinator, &self.lease, options)?;
+        self.watchdog = Some(watchdog);
         Ok(())
     }
 
@@ -167,6 +172,13 @@ impl LockGuard {
     /// `Ok(())` means the lock was ours on a quorum until the moment it was deleted;
     /// [`LockError::NotHeld`] means it had already expired or been taken over, so the
     /// critical section may have overlapped with another holder's.
+    ///
+    /// # Cancel safety
+    ///
+    /// The future owns the guard: dropped before it finishes, it drops the guard, which
+    /// (with [`auto_release`](crate::LockConfig::auto_release)) sends the deletes again in
+    /// the background; compare-and-delete makes the repeat harmless. With `auto_release`
+    /// off, keys the deletes did not reach stay until their TTL.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.release_in_place().await
     }
@@ -174,20 +186,25 @@ impl LockGuard {
     /// Extends the lock back to its full TTL on every node that still holds our token, and
     /// returns the new validity. Never creates or revives a key, and never deletes one when
     /// it fails; on failure the deadline is unchanged.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the deadline as it was, as a failure does; see
+    /// [`DistributedLock::refresh`](crate::DistributedLock::refresh).
     pub async fn refresh(&mut self) -> Result<Duration, LockError> {
-        self.lease.refresh().await?;
+        self.coordinator.refresh(&self.lease).await?;
         Ok(self.validity())
     }
 
     /// Asks the nodes whether a quorum still holds our token, and checks the deadline.
     ///
     /// `Ok(false)` means the lock is lost; an error means too few nodes answered to tell.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads: dropping the future changes nothing.
     pub async fn is_acquired(&self) -> Result<bool, LockError> {
-        let lease = &self.lease;
-        lease
-            .coordinator
-            .is_acquired(&lease.resource, &lease.keys, &lease.token, lease.deadline())
-            .await
+        self.coordinator.is_acquired(&self.lease).await
     }
 
     /// Releases once; later calls return `Ok(())` without touching the nodes.
@@ -200,20 +217,16 @@ impl LockGuard {
         // Ended before the deletes go out, so that a late `SET` of the acquisition landing
         // after them is undone (see `Coordinator::finish_stragglers`).
         lease.end(LeaseEnd::Released);
-        let outcome = lease.coordinator.release(lease).await;
+        let outcome = self.coordinator.release(lease).await;
         // Marked only now: if this future is dropped mid-release, Drop sends the deletes
         // again in the background (compare-and-delete makes the repeat harmless).
         self.released = true;
         outcome
     }
 
-    pub(crate) fn lease(&self) -> &Arc<Lease> {
-        &self.lease
-    }
-
     /// Whether this guard came from a lock on the same node connections as `coordinator`.
     pub(crate) fn belongs_to(&self, coordinator: &Coordinator) -> bool {
-        self.lease.coordinator.shares_nodes_with(coordinator)
+        self.coordinator.shares_nodes_with(coordinator)
     }
 }
 
@@ -221,9 +234,9 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         self.watchdog = None;
         let lease = &self.lease;
-        if !self.released && lease.coordinator.config().auto_release() {
+        if !self.released && self.coordinator.config().auto_release() {
             lease.end(LeaseEnd::Released);
-            lease.coordinator.release_in_background(Arc::clone(lease));
+            self.coordinator.release_in_background(Arc::clone(lease));
         }
     }
 }

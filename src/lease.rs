@@ -1,5 +1,6 @@
 //! The state a guard shares with its watchdog and its lost-lock signals: the deadline, and
-//! how the lease ended.
+//! how the lease ended. A lease is data: the coordinator acts on it, and records here what
+//! its rounds found.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -10,9 +11,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::error::{LeaseEnd, LockError, Tally};
+use crate::error::{LeaseEnd, Tally};
 use crate::metrics::Counters;
-use crate::quorum::Coordinator;
 use crate::resource::Keys;
 use crate::token::LockToken;
 
@@ -24,9 +24,11 @@ pub(crate) struct LeaseState {
     pub(crate) end: Option<LeaseEnd>,
 }
 
-/// One held lock, shared by its guard, its watchdog and its signals.
+/// One held lock, shared by its guard, its watchdog and its signals. The coordinator that
+/// granted it acts on it (release, refresh, holds) and records the outcome here.
 pub(crate) struct Lease {
-    pub(crate) coordinator: Arc<Coordinator>,
+    /// Where a lease that ends otherwise than released is counted as lost.
+    counters: Arc<Counters>,
     pub(crate) resource: String,
     pub(crate) keys: Keys,
     pub(crate) token: LockToken,
@@ -94,7 +96,7 @@ impl Unlocks {
 
 impl Lease {
     pub(crate) fn new(
-        coordinator: Arc<Coordinator>,
+        counters: Arc<Counters>,
         resource: &str,
         keys: Keys,
         token: LockToken,
@@ -107,7 +109,7 @@ impl Lease {
             end: None,
         };
         Lease {
-            coordinator,
+            counters,
             unlocks: None,
             resource: resource.to_owned(),
             keys,
@@ -118,12 +120,10 @@ impl Lease {
         }
     }
 
-    /// Keeps a record of what the release's unlocks find on each node, for a background
-    /// task that settles the acquisition's late `SET`s.
-    pub(crate) fn tracking_unlocks(mut self, track: bool) -> Self {
-        if track {
-            self.unlocks = Some(Unlocks::new(self.coordinator.nodes().len()));
-        }
+    /// Keeps a record of what the release's unlocks find on each of `nodes` nodes, for a
+    /// background task that settles the acquisition's late `SET`s.
+    pub(crate) fn tracking_unlocks(mut self, nodes: usize) -> Self {
+        self.unlocks = Some(Unlocks::new(nodes));
         self
     }
 
@@ -168,7 +168,7 @@ impl Lease {
     /// Records how the lease ended; the first end recorded wins.
     pub(crate) fn end(&self, end: LeaseEnd) {
         if !matches!(end, LeaseEnd::Released) {
-            Counters::bump(&self.coordinator.counters().lost);
+            Counters::bump(&self.counters.lost);
             tracing::warn!(resource = %self.resource, %end, "lock lost");
         }
         self.state.send_if_modified(|state| {
@@ -178,25 +178,6 @@ impl Lease {
             state.end = Some(end);
             true
         });
-    }
-
-    /// Refreshes on the nodes and records the outcome; an error that proves the lock gone
-    /// ends the lease.
-    pub(crate) async fn refresh(&self) -> Result<Instant, LockError> {
-        let started = Instant::now();
-        let result = self
-            .coordinator
-            .refresh(&self.resource, &self.keys, &self.token, self.deadline())
-            .await;
-        match &result {
-            Ok(deadline) => self.extended(started, *deadline),
-            Err(error @ LockError::NotHeld { .. }) => {
-                self.end(LeaseEnd::Lost(Box::new(error.clone())))
-            }
-            Err(LockError::Expired { .. }) => self.end(LeaseEnd::Expired),
-            Err(_) => {} // a quorum could not be asked: the lease may still hold
-        }
-        result
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<LeaseState> {
@@ -268,6 +249,11 @@ impl LostSignal {
     }
 
     /// Waits until the lease ends, and says how.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future changes nothing: a later wait (or [`ended`](Self::ended)) says
+    /// the same.
     pub async fn wait(&self) -> LeaseEnd {
         let mut state = self.state.clone();
         loop {

@@ -1,12 +1,19 @@
-//! [`DistributedLock`]: the contract both lock kinds keep.
+//! [`DistributedLock`]: the contract both lock kinds keep; and [`Lock`], the one
+//! implementation of it that [`Redlock`](crate::Redlock) and
+//! [`RedisLock`](crate::RedisLock) both wrap and delegate to.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::config::LockConfig;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::lease::LostSignal;
+use crate::lease::{Lease, LostSignal};
+use crate::metrics::{LockMetrics, NodeMetrics};
+use crate::quorum::Coordinator;
 
 /// A lock that many processes share through Redis.
 ///
@@ -37,6 +44,14 @@ pub trait DistributedLock: Send + Sync {
 
     /// One attempt, no waiting: returns the guard, or why the lock could not be taken
     /// ([`LockError::Held`] when another owner has it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves no lock behind. Once its lock requests may have gone out,
+    /// a drop unlocks every node in the background, by compare-and-delete with this
+    /// attempt's token, on the current tokio runtime (outside a runtime nothing can be
+    /// spawned, and the keys expire after the TTL). A drop while a fencing token is being
+    /// minted may leave the counter raised on some nodes, which only skips a number.
     fn try_acquire(
         &self,
         resource: &str,
@@ -47,8 +62,14 @@ pub trait DistributedLock: Send + Sync {
     /// [`acquire_timeout`](LockConfig::acquire_timeout) configured, gives up at that
     /// deadline as [`acquire_timeout`](Self::acquire_timeout) does.
     ///
-    /// Dropping the returned future at any point leaves no key behind: an attempt in flight
-    /// is unlocked in the background.
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves no lock behind: an attempt in flight is
+    /// unlocked in the background as [`try_acquire`](Self::try_acquire)'s is, a place in
+    /// the nodes' queue is given back in the background, and the next blocking acquisition
+    /// of the same resources in this process gets its turn. Dropped while it waits between
+    /// attempts, there is nothing to undo: each failed attempt was rolled back before its
+    /// wait began.
     fn acquire(&self, resource: &str) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
 
     /// One attempt to lock several resources at once: on each node all of their keys are
@@ -67,6 +88,10 @@ pub trait DistributedLock: Send + Sync {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_acquire`](Self::try_acquire): dropping the future leaves no lock behind.
     fn try_acquire_many(
         &self,
         resources: &[&str],
@@ -74,6 +99,10 @@ pub trait DistributedLock: Send + Sync {
 
     /// [`try_acquire_many`](Self::try_acquire_many) with the retries of
     /// [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire): dropping the future leaves no lock behind.
     fn acquire_many(
         &self,
         resources: &[&str],
@@ -88,6 +117,11 @@ pub trait DistributedLock: Send + Sync {
     /// An acquisition that had joined the nodes' queue (see
     /// [`LockConfig::fair`](crate::LockConfig::fair)) gives its place back before it
     /// returns, which can add up to one node timeout after `timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire): dropping the future leaves no lock behind. Reaching
+    /// `timeout` mid-attempt drops that attempt in the same way.
     fn acquire_timeout(
         &self,
         resource: &str,
@@ -96,15 +130,35 @@ pub trait DistributedLock: Send + Sync {
 
     /// Releases the guard's lock on every node. Releasing a guard twice is harmless: the
     /// second call returns `Ok(())` without touching the nodes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it finishes leaves the guard unreleased, though its lease
+    /// already counts as ended (its [`lost`](LockGuard::lost) signal fired with
+    /// [`LeaseEnd::Released`](crate::LeaseEnd::Released) and its watchdog stopped). The
+    /// deletes that went out may have removed the lock from some nodes; the guard's drop
+    /// (with [`auto_release`](LockConfig::auto_release)) or another `release` sends them
+    /// again, which compare-and-delete makes harmless.
     fn release(&self, guard: &mut LockGuard) -> impl Future<Output = Result<(), LockError>> + Send;
 
     /// Whether the guard still holds its lock: within its deadline and confirmed by a quorum.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads: dropping the future changes nothing.
     fn is_acquired(
         &self,
         guard: &LockGuard,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 
     /// Extends the guard's lock to the full TTL and returns the new validity.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the guard's deadline as it was: an extension counts only
+    /// once a quorum confirmed it. The extensions already sent may have renewed the TTL on
+    /// some nodes, which only keeps this holder's own keys longer, until it releases them
+    /// or they expire.
     fn refresh(
         &self,
         guard: &mut LockGuard,
@@ -130,6 +184,12 @@ pub trait DistributedLock: Send + Sync {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future while `work` runs drops `work` at its await point, and the guard:
+    /// the watchdog stops and, with [`auto_release`](LockConfig::auto_release), the lock is
+    /// released in the background. Dropped while it acquires, as [`acquire`](Self::acquire).
     fn with<F, Fut, T>(
         &self,
         resource: &str,
@@ -144,186 +204,118 @@ pub trait DistributedLock: Send + Sync {
     }
 }
 
-/// Implements [`DistributedLock`] for a lock kind that wraps an `Arc<Coordinator>` in a
-/// field named `coordinator`: both kinds differ only in how they are built.
-///
-/// The acquisition methods are also inherent, so the common case needs no trait import.
-macro_rules! impl_distributed_lock {
-    ($kind:ty) => {
-        impl $kind {
-            /// One attempt, no waiting; see [`DistributedLock::try_acquire`](crate::DistributedLock::try_acquire).
-            pub async fn try_acquire(
-                &self,
-                resource: &str,
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.try_acquire(&[resource]).await
-            }
-
-            /// Bounded attempts with jittered waits; see [`DistributedLock::acquire`](crate::DistributedLock::acquire).
-            pub async fn acquire(
-                &self,
-                resource: &str,
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                let deadline = self
-                    .config()
-                    .acquire_deadline(::tokio::time::Instant::now());
-                self.coordinator.acquire(&[resource], deadline).await
-            }
-
-            /// One attempt over several resources; see [`DistributedLock::try_acquire_many`](crate::DistributedLock::try_acquire_many).
-            pub async fn try_acquire_many(
-                &self,
-                resources: &[&str],
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                self.coordinator.try_acquire(resources).await
-            }
-
-            /// Bounded attempts over several resources; see [`DistributedLock::acquire_many`](crate::DistributedLock::acquire_many).
-            pub async fn acquire_many(
-                &self,
-                resources: &[&str],
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                let deadline = self
-                    .config()
-                    .acquire_deadline(::tokio::time::Instant::now());
-                self.coordinator.acquire(resources, deadline).await
-            }
-
-            /// Bounded attempts within `timeout`; see [`DistributedLock::acquire_timeout`](crate::DistributedLock::acquire_timeout).
-            pub async fn acquire_timeout(
-                &self,
-                resource: &str,
-                timeout: ::std::time::Duration,
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                let now = ::tokio::time::Instant::now();
-                // A timeout too long to represent falls back to the configured one, which
-                // validation keeps representable: with a huge retry count allowed by that
-                // deadline, no deadline at all would retry for months.
-                let deadline = now
-                    .checked_add(timeout)
-                    .or_else(|| self.config().acquire_deadline(now));
-                self.coordinator.acquire(&[resource], deadline).await
-            }
-
-            /// Runs `work` under the lock, auto-extended; see [`DistributedLock::with`](crate::DistributedLock::with).
-            pub async fn with<F, Fut, T>(
-                &self,
-                resource: &str,
-                work: F,
-            ) -> Result<T, $crate::LockError>
-            where
-                F: FnOnce($crate::LostSignal) -> Fut,
-                Fut: ::std::future::Future<Output = T>,
-            {
-                let deadline = self
-                    .config()
-                    .acquire_deadline(::tokio::time::Instant::now());
-                let guard = self.coordinator.acquire(&[resource], deadline).await?;
-                $crate::scoped::run_locked(guard, work).await
-            }
-
-            /// The configuration this lock runs with.
-            pub fn config(&self) -> &$crate::LockConfig {
-                self.coordinator.config()
-            }
-
-            /// What the locks on these connections did so far; see [`LockMetrics`]($crate::LockMetrics).
-            pub fn metrics(&self) -> $crate::LockMetrics {
-                self.coordinator.counters().snapshot()
-            }
-
-            /// Each node's counters (replies, errors, timeouts, latency, last error), in
-            /// node order; see [`NodeMetrics`]($crate::NodeMetrics).
-            pub fn node_metrics(&self) -> Vec<$crate::NodeMetrics> {
-                self.coordinator.node_metrics()
-            }
-        }
-
-        impl $crate::DistributedLock for $kind {
-            fn config(&self) -> &$crate::LockConfig {
-                self.coordinator.config()
-            }
-
-            fn with_config(&self, config: $crate::LockConfig) -> Self {
-                Self {
-                    coordinator: ::std::sync::Arc::new(self.coordinator.with_config(config)),
-                }
-            }
-
-            async fn try_acquire(
-                &self,
-                resource: &str,
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                <$kind>::try_acquire(self, resource).await
-            }
-
-            async fn acquire(
-                &self,
-                resource: &str,
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                <$kind>::acquire(self, resource).await
-            }
-
-            async fn try_acquire_many(
-                &self,
-                resources: &[&str],
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                <$kind>::try_acquire_many(self, resources).await
-            }
-
-            async fn acquire_many(
-                &self,
-                resources: &[&str],
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                <$kind>::acquire_many(self, resources).await
-            }
-
-            async fn acquire_timeout(
-                &self,
-                resource: &str,
-                timeout: ::std::time::Duration,
-            ) -> Result<$crate::LockGuard, $crate::LockError> {
-                <$kind>::acquire_timeout(self, resource, timeout).await
-            }
-
-            async fn release(
-                &self,
-                guard: &mut $crate::LockGuard,
-            ) -> Result<(), $crate::LockError> {
-                $crate::lock::check_origin(&self.coordinator, guard)?;
-                guard.release_in_place().await
-            }
-
-            async fn is_acquired(
-                &self,
-                guard: &$crate::LockGuard,
-            ) -> Result<bool, $crate::LockError> {
-                $crate::lock::check_origin(&self.coordinator, guard)?;
-                guard.is_acquired().await
-            }
-
-            async fn refresh(
-                &self,
-                guard: &mut $crate::LockGuard,
-            ) -> Result<::std::time::Duration, $crate::LockError> {
-                $crate::lock::check_origin(&self.coordinator, guard)?;
-                guard.refresh().await
-            }
-        }
-    };
+/// The lock both kinds are: a coordinator over their nodes, with the entry points of
+/// [`DistributedLock`]. It turns the leases the coordinator grants into guards, gives each
+/// blocking acquire its deadline, and refuses guards of other connections.
+#[derive(Clone)]
+pub(crate) struct Lock {
+    coordinator: Arc<Coordinator>,
 }
-pub(crate) use impl_distributed_lock;
 
-/// Rejects guards that came from a lock on other node connections.
-pub(crate) fn check_origin(
-    coordinator: &crate::quorum::Coordinator,
-    guard: &LockGuard,
-) -> Result<(), LockError> {
-    if guard.belongs_to(coordinator) {
-        Ok(())
-    } else {
-        Err(LockError::ForeignGuard {
-            resource: guard.resource().to_owned(),
-        })
+impl Lock {
+    pub(crate) fn new(coordinator: Coordinator) -> Self {
+        Lock {
+            coordinator: Arc::new(coordinator),
+        }
+    }
+
+    pub(crate) fn coordinator(&self) -> &Coordinator {
+        &self.coordinator
+    }
+
+    pub(crate) fn config(&self) -> &LockConfig {
+        self.coordinator.config()
+    }
+
+    /// The same lock, on the same connections, with another configuration.
+    pub(crate) fn with_config(&self, config: LockConfig) -> Self {
+        Lock::new(self.coordinator.with_config(config))
+    }
+
+    pub(crate) fn metrics(&self) -> LockMetrics {
+        self.coordinator.counters().snapshot()
+    }
+
+    pub(crate) fn node_metrics(&self) -> Vec<NodeMetrics> {
+        self.coordinator.node_metrics()
+    }
+
+    /// One attempt over `resources`.
+    pub(crate) async fn try_acquire(&self, resources: &[&str]) -> Result<LockGuard, LockError> {
+        let lease = self.coordinator.try_acquire(resources).await?;
+        Ok(self.guard(lease))
+    }
+
+    /// Attempts over `resources` with the retries, until the configured acquire timeout.
+    pub(crate) async fn acquire(&self, resources: &[&str]) -> Result<LockGuard, LockError> {
+        let deadline = self.config().acquire_deadline(Instant::now());
+        self.acquire_until(resources, deadline).await
+    }
+
+    /// Attempts over `resources` with the retries, within `timeout`.
+    pub(crate) async fn acquire_timeout(
+        &self,
+        resources: &[&str],
+        timeout: Duration,
+    ) -> Result<LockGuard, LockError> {
+        let now = Instant::now();
+        // A timeout too long to represent falls back to the configured one, which
+        // validation keeps representable: with a huge retry count allowed by that deadline,
+        // no deadline at all would retry for months.
+        let deadline = now
+            .checked_add(timeout)
+            .or_else(|| self.config().acquire_deadline(now));
+        self.acquire_until(resources, deadline).await
+    }
+
+    async fn acquire_until(
+        &self,
+        resources: &[&str],
+        deadline: Option<Instant>,
+    ) -> Result<LockGuard, LockError> {
+        let lease = self.coordinator.acquire(resources, deadline).await?;
+        Ok(self.guard(lease))
+    }
+
+    /// Runs `work` under the lock on `resource`; see [`DistributedLock::with`].
+    pub(crate) async fn with<F, Fut, T>(&self, resource: &str, work: F) -> Result<T, LockError>
+    where
+        F: FnOnce(LostSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire(&[resource]).await?;
+        crate::scoped::run_locked(guard, work).await
+    }
+
+    pub(crate) async fn release(&self, guard: &mut LockGuard) -> Result<(), LockError> {
+        self.check_origin(guard)?;
+        guard.release_in_place().await
+    }
+
+    pub(crate) async fn is_acquired(&self, guard: &LockGuard) -> Result<bool, LockError> {
+        self.check_origin(guard)?;
+        guard.is_acquired().await
+    }
+
+    pub(crate) async fn refresh(&self, guard: &mut LockGuard) -> Result<Duration, LockError> {
+        self.check_origin(guard)?;
+        guard.refresh().await
+    }
+
+    /// The guard of a lease this lock's coordinator granted. Made in the same poll as the
+    /// lease, so no await point lies between the grant and the guard that releases it.
+    fn guard(&self, lease: Arc<Lease>) -> LockGuard {
+        LockGuard::new(Arc::clone(&self.coordinator), lease)
+    }
+
+    /// Rejects guards that came from a lock on other node connections.
+    fn check_origin(&self, guard: &LockGuard) -> Result<(), LockError> {
+        if guard.belongs_to(&self.coordinator) {
+            Ok(())
+        } else {
+            Err(LockError::ForeignGuard {
+                resource: guard.resource().to_owned(),
+            })
+        }
     }
 }

@@ -1,10 +1,15 @@
 //! [`Redlock`]: the quorum lock over N independent Redis nodes.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::LockConfig;
 use crate::error::LockError;
-use crate::lock::impl_distributed_lock;
+use crate::guard::LockGuard;
+use crate::lease::LostSignal;
+use crate::lock::{DistributedLock, Lock};
+use crate::metrics::{LockMetrics, NodeMetrics};
 use crate::node::LockNode;
 use crate::quorum::Coordinator;
 
@@ -50,7 +55,7 @@ use crate::quorum::Coordinator;
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    coordinator: Arc<Coordinator>,
+    lock: Lock,
 }
 
 impl Redlock {
@@ -67,6 +72,11 @@ impl Redlock {
     /// Nodes that cannot be reached now only count as failed until they come back, and are
     /// checked then: a server that turns out to be another node's, or a replica, still
     /// counts as failed (and says why in a warning).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the lock before it exists: connecting writes no lock
+    /// key, and the connections made so far are dropped with it.
     pub async fn connect<I, S>(urls: I, config: LockConfig) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
@@ -84,10 +94,14 @@ impl Redlock {
     /// client certificate, or no verification (see [`TlsOptions`](crate::TlsOptions)).
     /// Giving options for a plain `redis://` URL is an [`InvalidNode`](LockError::InvalidNode)
     /// error, since they would be ignored.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`connect`](Self::connect): dropping the future writes nothing to the nodes.
     #[cfg(feature = "tls")]
     pub async fn connect_tls<I, S>(
         urls: I,
-        tls: &crate::TlsOptions,
+        tls: &crate::tls::TlsOptions,
         config: LockConfig,
     ) -> Result<Self, LockError>
     where
@@ -121,6 +135,10 @@ impl Redlock {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`connect`](Self::connect): dropping the future writes nothing to the nodes.
     pub async fn from_clients(
         clients: impl IntoIterator<Item = redis::Client>,
         config: LockConfig,
@@ -133,7 +151,7 @@ impl Redlock {
         config: LockConfig,
     ) -> Result<Self, LockError> {
         Ok(Redlock {
-            coordinator: Arc::new(Coordinator::connected(clients, config).await?),
+            lock: Lock::new(Coordinator::connected(clients, config).await?),
         })
     }
 
@@ -143,18 +161,102 @@ impl Redlock {
         config: LockConfig,
     ) -> Result<Self, LockError> {
         Ok(Redlock {
-            coordinator: Arc::new(Coordinator::new(nodes, config)?),
+            lock: Lock::new(Coordinator::new(nodes, config)?),
         })
     }
 
     /// How many nodes must agree: `N/2 + 1`.
     pub fn quorum(&self) -> usize {
-        self.coordinator.quorum()
+        self.lock.coordinator().quorum()
     }
 
     /// The nodes' names (URLs without credentials), in the order given.
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
-        self.coordinator.nodes().iter().map(|node| node.name())
+        self.lock
+            .coordinator()
+            .nodes()
+            .iter()
+            .map(|node| node.name())
+    }
+
+    /// One attempt, no waiting; see [`DistributedLock::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`DistributedLock::try_acquire`]: dropping the future leaves no lock behind.
+    pub async fn try_acquire(&self, resource: &str) -> Result<LockGuard, LockError> {
+        self.lock.try_acquire(&[resource]).await
+    }
+
+    /// Bounded attempts with jittered waits; see [`DistributedLock::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`DistributedLock::acquire`]: dropping the future leaves no lock behind, and
+    /// gives its place in line back.
+    pub async fn acquire(&self, resource: &str) -> Result<LockGuard, LockError> {
+        self.lock.acquire(&[resource]).await
+    }
+
+    /// One attempt over several resources; see [`DistributedLock::try_acquire_many`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_many(&self, resources: &[&str]) -> Result<LockGuard, LockError> {
+        self.lock.try_acquire(resources).await
+    }
+
+    /// Bounded attempts over several resources; see [`DistributedLock::acquire_many`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_many(&self, resources: &[&str]) -> Result<LockGuard, LockError> {
+        self.lock.acquire(resources).await
+    }
+
+    /// Bounded attempts within `timeout`; see [`DistributedLock::acquire_timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_timeout(
+        &self,
+        resource: &str,
+        timeout: Duration,
+    ) -> Result<LockGuard, LockError> {
+        self.lock.acquire_timeout(&[resource], timeout).await
+    }
+
+    /// Runs `work` under the lock, auto-extended; see [`DistributedLock::with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`DistributedLock::with`]: dropping the future cancels `work` and releases the
+    /// lock in the background.
+    pub async fn with<F, Fut, T>(&self, resource: &str, work: F) -> Result<T, LockError>
+    where
+        F: FnOnce(LostSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.lock.with(resource, work).await
+    }
+
+    /// The configuration this lock runs with.
+    pub fn config(&self) -> &LockConfig {
+        self.lock.config()
+    }
+
+    /// What the locks on these connections did so far; see [`LockMetrics`].
+    pub fn metrics(&self) -> LockMetrics {
+        self.lock.metrics()
+    }
+
+    /// Each node's counters (replies, errors, timeouts, latency, last error), in node
+    /// order; see [`NodeMetrics`].
+    pub fn node_metrics(&self) -> Vec<NodeMetrics> {
+        self.lock.node_metrics()
     }
 }
 
@@ -163,9 +265,55 @@ impl std::fmt::Debug for Redlock {
         f.debug_struct("Redlock")
             .field("nodes", &self.node_names().collect::<Vec<_>>())
             .field("quorum", &self.quorum())
-            .field("config", self.coordinator.config())
+            .field("config", self.lock.coordinator().config())
             .finish()
     }
 }
 
-impl_distributed_lock!(Redlock);
+impl DistributedLock for Redlock {
+    fn config(&self) -> &LockConfig {
+        self.lock.config()
+    }
+
+    fn with_config(&self, config: LockConfig) -> Self {
+        Redlock {
+            lock: self.lock.with_config(config),
+        }
+    }
+
+    async fn try_acquire(&self, resource: &str) -> Result<LockGuard, LockError> {
+        self.lock.try_acquire(&[resource]).await
+    }
+
+    async fn acquire(&self, resource: &str) -> Result<LockGuard, LockError> {
+        self.lock.acquire(&[resource]).await
+    }
+
+    async fn try_acquire_many(&self, resources: &[&str]) -> Result<LockGuard, LockError> {
+        self.lock.try_acquire(resources).await
+    }
+
+    async fn acquire_many(&self, resources: &[&str]) -> Result<LockGuard, LockError> {
+        self.lock.acquire(resources).await
+    }
+
+    async fn acquire_timeout(
+        &self,
+        resource: &str,
+        timeout: Duration,
+    ) -> Result<LockGuard, LockError> {
+        self.lock.acquire_timeout(&[resource], timeout).await
+    }
+
+    async fn release(&self, guard: &mut LockGuard) -> Result<(), LockError> {
+        self.lock.release(guard).await
+    }
+
+    async fn is_acquired(&self, guard: &LockGuard) -> Result<bool, LockError> {
+        self.lock.is_acquired(guard).await
+    }
+
+    async fn refresh(&self, guard: &mut LockGuard) -> Result<Duration, LockError> {
+        self.lock.refresh(guard).await
+    }
+}

@@ -1,4 +1,5 @@
-//! [`Round`]: the requests one operation sends to the nodes at once, under one deadline.
+//! [`Round`]: the requests one operation sends to the nodes at once, under one deadline;
+//! and the background, where the rounds and remainders nobody awaits run.
 //!
 //! Every request of a round starts at the same moment with the same per-node timeout, so
 //! one timer serves the whole round: when it fires, each node that has not answered yet
@@ -7,6 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -15,6 +17,10 @@ use futures::{FutureExt, StreamExt};
 use tokio::time::{Instant, Sleep};
 
 use crate::error::NodeError;
+use crate::node::LockNode;
+
+/// The nodes of a lock, shared by every lock instance derived from the same connections.
+pub(crate) type NodeSet = Arc<[Arc<dyn LockNode>]>;
 
 /// A node's index, its answer, and how long after the round started it came.
 pub(crate) type Reply<T> = (usize, Result<T, NodeError>, Duration);
@@ -41,6 +47,25 @@ impl<T: Send + 'static> Round<T> {
             timeout,
             deadline: None,
         }
+    }
+
+    /// Sends one request to each node of `nodes` at `indices`, under one `timeout`. The
+    /// requests own their data, so the stragglers of a round can outlive it.
+    pub(crate) fn fan_out<F, R>(
+        nodes: &[Arc<dyn LockNode>],
+        indices: impl IntoIterator<Item = usize>,
+        timeout: Duration,
+        request: F,
+    ) -> Self
+    where
+        F: Fn(Arc<dyn LockNode>) -> R,
+        R: Future<Output = Result<T, NodeError>> + Send + 'static,
+    {
+        let mut round = Round::with_capacity(timeout, nodes.len());
+        for index in indices {
+            round.push(index, request(Arc::clone(&nodes[index])));
+        }
+        round
     }
 
     /// Adds the request to node `index`.
@@ -125,4 +150,13 @@ fn far_future() -> Instant {
     now.checked_add(day * 365)
         .or_else(|| now.checked_add(day))
         .unwrap_or(now)
+}
+
+/// Runs `future` (what is left of a round, or rounds that nobody awaits) on the current
+/// tokio runtime without waiting for it; does nothing outside a runtime (the lock keys then
+/// expire by their TTL).
+pub(crate) fn spawn_detached(future: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        drop(runtime.spawn(future));
+    }
 }

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::config::LockConfig;
 use crate::error::{ConfigError, LeaseEnd, LockError};
 use crate::lease::Lease;
+use crate::quorum::Coordinator;
 
 /// How a guard's watchdog extends its lock; see [`LockGuard::auto_extend`](crate::LockGuard::auto_extend).
 ///
@@ -121,12 +122,18 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    /// Starts extending `lease` in the background, on the current tokio runtime, once the
-    /// options passed [`AutoExtend::check`] against the lease's configuration.
-    pub(crate) fn start(lease: Arc<Lease>, options: AutoExtend) -> Result<Self, ConfigError> {
-        options.check(lease.coordinator.config())?;
+    /// Starts extending `lease` through `coordinator` in the background, on the current
+    /// tokio runtime, once the options passed [`AutoExtend::check`] against the
+    /// coordinator's configuration.
+    pub(crate) fn start(
+        coordinator: &Arc<Coordinator>,
+        lease: &Arc<Lease>,
+        options: AutoExtend,
+    ) -> Result<Self, ConfigError> {
+        options.check(coordinator.config())?;
+        let task = keep_alive(Arc::clone(coordinator), Arc::clone(lease), options);
         Ok(Watchdog {
-            task: tokio::spawn(keep_alive(lease, options)),
+            task: tokio::spawn(task),
         })
     }
 }
@@ -141,8 +148,8 @@ impl Drop for Watchdog {
 /// transient (no quorum answered), retries quickly while validity remains. Declares the
 /// lease lost once the remaining validity is too short for one more round, so the lost
 /// signal fires before the deadline rather than at it.
-async fn keep_alive(lease: Arc<Lease>, options: AutoExtend) {
-    let config = lease.coordinator.config().clone();
+async fn keep_alive(coordinator: Arc<Coordinator>, lease: Arc<Lease>, options: AutoExtend) {
+    let config = coordinator.config();
     let ttl = config.ttl();
     let interval = options.interval.unwrap_or(ttl / 3).min(ttl / 2);
     let retry = config.node_timeout().max(ttl / 20);
@@ -164,7 +171,7 @@ async fn keep_alive(lease: Arc<Lease>, options: AutoExtend) {
         if cap.is_some_and(|cap| Instant::now() >= cap) {
             return; // held long enough: let it expire at its deadline
         }
-        match lease.refresh().await {
+        match coordinator.refresh(&lease).await {
             Ok(_) => next = lease.state().acquired_at.checked_add(interval),
             Err(LockError::NotHeld { .. } | LockError::Expired { .. }) => return,
             Err(error) => {

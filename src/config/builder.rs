@@ -119,7 +119,6 @@ impl LockConfigBuilder {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,8 +33,12 @@
 //! - Fencing the write alone does not protect a read-modify-write: claim the token with
 //!   [`fenced_claim`] *before* reading (see [Read-modify-write](fenced_set#read-modify-write)).
 
+mod mint;
+
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script};
+
+pub(crate) use self::mint::{mint, CounterQuorum, CounterRequest};
 
 /// The largest fencing token: Redis scripts compute in doubles, exact up to 2^53.
 pub const MAX_TOKEN: u64 = 1 << 53;
@@ -118,6 +122,12 @@ pub fn last_token_key(key: &str) -> String {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # Cancel safety
+///
+/// The check and the write are one script, which Redis runs whole or not at all, but a
+/// future dropped after the script went out cannot say which. Treat that write as unknown:
+/// read the value back before relying on it.
 pub async fn fenced_set<C: ConnectionLike>(
     connection: &mut C,
     key: &str,
@@ -143,6 +153,11 @@ pub async fn fenced_set<C: ConnectionLike>(
 ///
 /// `false` means a newer holder has claimed `key`: this holder's lock is gone, and it must
 /// not go on. Claiming writes nothing to `key` itself.
+///
+/// # Cancel safety
+///
+/// A claim whose future is dropped after it went out may or may not be recorded. Claiming
+/// again with the same token is harmless: an equal token is accepted.
 pub async fn fenced_claim<C: ConnectionLike>(
     connection: &mut C,
     key: &str,

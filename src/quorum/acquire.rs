@@ -1,0 +1,350 @@
+//! Acquisition: one attempt (the lock round, the validity check, the fencing token, the
+//! rollback of a failure) and the blocking acquire that repeats it, waiting in between as
+//! its [`Waiter`] says. Both are safe to cancel at any await point: a drop guard unlocks
+//! the nodes of an attempt cut short, and the waiter gives its place in line back.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::rounds::{Answer, Command, Wait};
+use super::Coordinator;
+use crate::config::{micros, millis};
+use crate::error::{LockError, Tally};
+use crate::fencing;
+use crate::handoff::{Asking, Next, TurnTimedOut, Waiter};
+use crate::lease::Lease;
+use crate::metrics::Counters;
+use crate::observe;
+use crate::resource::{Keys, Resources};
+use crate::retry::retry_wait;
+use crate::round::spawn_detached;
+use crate::token::LockToken;
+
+impl Coordinator {
+    /// One acquisition round: the lock is ours only if a quorum granted it and validity is
+    /// left after the time the round took and the drift allowance. On any failure the
+    /// nodes are unlocked again, all of them, before this returns; if this future is
+    /// dropped, they are unlocked in the background.
+    pub(crate) async fn try_acquire(
+        self: &Arc<Self>,
+        resources: &[&str],
+    ) -> Result<Arc<Lease>, LockError> {
+        let span = tracing::debug_span!(
+            "quorumlock.acquire",
+            resource = tracing::field::Empty,
+            attempts = 1,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = async {
+            let resources = Resources::new(&self.config, resources)?;
+            span.record("resource", resources.name.as_str());
+            self.attempt(&resources, &Asking::Plain).await
+        }
+        .instrument(span.clone())
+        .await;
+        self.acquisition_ended(&span, &result, started);
+        result
+    }
+
+    /// Notes how an acquisition ended: on its span, and in the metrics.
+    fn acquisition_ended(
+        &self,
+        span: &tracing::Span,
+        result: &Result<Arc<Lease>, LockError>,
+        started: Instant,
+    ) {
+        let outcome = observe::acquire_outcome(result);
+        span.record("outcome", outcome);
+        #[cfg(feature = "metrics")]
+        {
+            self.observed.meters.acquisition(outcome);
+            if result.is_ok() {
+                self.observed
+                    .meters
+                    .acquire_wait
+                    .record(started.elapsed().as_secs_f64());
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = started;
+    }
+
+    /// One round over already validated resources; see [`try_acquire`](Self::try_acquire).
+    /// A waiter's attempt says how it waits (see [`Asking`]).
+    async fn attempt(
+        self: &Arc<Self>,
+        resources: &Resources,
+        asking: &Asking,
+    ) -> Result<Arc<Lease>, LockError> {
+        let resource = resources.name.as_str();
+        let keys = Arc::clone(&resources.keys);
+        let token = LockToken::generate();
+        let waiter = asking.waiter();
+        // If this future is dropped mid-round, the nodes that said yes are unlocked in the
+        // background instead of holding the key for a whole TTL (and the waiter leaves the
+        // queues after that, so no request of this round can queue it again).
+        let mut cleanup = UnlockOnDrop {
+            armed: Some((
+                Arc::clone(self),
+                Arc::clone(&keys),
+                token.clone(),
+                waiter.clone(),
+            )),
+        };
+
+        Counters::bump(&self.counters.attempts);
+        let started = Instant::now();
+        let ttl = self.config.ttl();
+        let command = match asking {
+            Asking::Plain => Command::Lock(ttl),
+            Asking::Watching(interest) => Command::LockWatching(ttl, *interest),
+            Asking::Queued(place) => Command::LockQueued(ttl, Arc::clone(place)),
+        };
+        let mut in_flight = self.send(command, &keys, &token);
+        let mut tally = self.empty_tally();
+        let mut answers = vec![None; self.nodes.len()];
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut answers)
+            .await;
+        if !tally.has_quorum() {
+            // Hear every node out before unlocking: the error then names every failed node
+            // and tells contention from an outage, and each node's SET has been answered
+            // (or has timed out) before its unlock is sent, so the unlock cannot overtake it.
+            self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode, &mut answers)
+                .await;
+        }
+        let (granted, refused, failed) = (tally.granted, tally.refused.len(), tally.failures.len());
+        // Kept for the guard, so that a holder can tell a quorum reached with nodes failing.
+        let won = tally.has_quorum().then(|| tally.clone());
+        match self.confirm(resource, &keys, tally, started).await {
+            Ok((deadline, fencing_token)) => {
+                cleanup.disarm();
+                Counters::bump(&self.counters.acquired);
+                // The tally: with `failed` > 0 the lock was won with less fault tolerance
+                // left (each failing node is also warned about, rate-limited).
+                tracing::debug!(
+                    resource,
+                    nodes = self.nodes.len(),
+                    quorum = self.quorum,
+                    granted,
+                    refused,
+                    failed,
+                    elapsed_us = micros(started.elapsed()),
+                    validity_ms = millis(deadline.saturating_duration_since(Instant::now())),
+                    fencing_token,
+                    "lock acquired"
+                );
+                let counters = Arc::clone(&self.counters);
+                let lease = Lease::new(counters, resource, keys, token, started, deadline)
+                    .with_fencing_token(fencing_token)
+                    .with_tally(won.unwrap_or_default());
+                Ok(self.lease_won(lease, in_flight, waiter, &answers))
+            }
+            Err(error) => {
+                // Requests not yet sent are not sent at all; the rollback covers the rest.
+                drop(in_flight);
+                self.roll_back(resource, &error, &keys, &token, &answers)
+                    .await;
+                cleanup.disarm();
+                Err(error)
+            }
+        }
+    }
+
+    /// After a failed attempt: counts why, then unlocks every node that may hold our keys
+    /// and waits for each (or its timeout): those that granted them, and those that failed
+    /// or timed out, whose SET may have landed even though the reply was lost. A node that
+    /// answered no took nothing (each lock command is atomic), so under plain contention
+    /// there is nothing to undo. A queued waiter stays in the queues.
+    async fn roll_back(
+        &self,
+        resource: &str,
+        error: &LockError,
+        keys: &Keys,
+        token: &LockToken,
+        answers: &[Option<Answer>],
+    ) {
+        match error {
+            LockError::Held { .. } => Counters::bump(&self.counters.contended),
+            LockError::NoQuorum { .. } => Counters::bump(&self.counters.no_quorum),
+            LockError::ValidityExhausted { .. } => {
+                Counters::bump(&self.counters.validity_exhausted)
+            }
+            _ => {}
+        }
+        tracing::debug!(resource, %error, "lock not acquired; unlocking the nodes");
+        let may_hold: Vec<usize> = (0..self.nodes.len())
+            .filter(|&index| answers[index] != Some(Answer::Refused))
+            .collect();
+        if !may_hold.is_empty() {
+            let mut in_flight = self.send_to(Command::Unlock, keys, token, may_hold);
+            let mut tally = self.empty_tally();
+            self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode, &mut [])
+                .await;
+        }
+    }
+
+    /// Turns a lock round's tally into a lease: a quorum must have granted the lock, the
+    /// fencing token (when enabled) must have been minted, and validity must be left after
+    /// both. Returns the deadline and the fencing token.
+    async fn confirm(
+        &self,
+        resource: &str,
+        keys: &Keys,
+        tally: Tally,
+        started: Instant,
+    ) -> Result<(Instant, Option<u64>), LockError> {
+        if !tally.has_quorum() {
+            return Err(self.refusal(resource, tally));
+        }
+        let fencing_token = if self.config.fencing() {
+            Some(fencing::mint(self, resource, keys).await?)
+        } else {
+            None
+        };
+        let now = Instant::now();
+        match self.config.deadline_from(started) {
+            Some(deadline) if deadline > now => Ok((deadline, fencing_token)),
+            _ => Err(LockError::ValidityExhausted {
+                resource: resource.to_owned(),
+                elapsed: now.saturating_duration_since(started),
+                ttl: self.config.ttl(),
+            }),
+        }
+    }
+
+    /// Attempts until one succeeds, a non-retryable error occurs, the retries run out, or
+    /// the optional `deadline` passes; waits a jittered delay between attempts.
+    ///
+    /// An attempt still running at the deadline is abandoned (its keys are unlocked in the
+    /// background) and [`LockError::TimedOut`] returned. A wait that would end past the
+    /// deadline is not started: the last attempt's error is returned at once instead.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        resources: &[&str],
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Lease>, LockError> {
+        let span = tracing::debug_span!(
+            "quorumlock.acquire",
+            resource = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self
+            .acquire_in(resources, deadline, &span)
+            .instrument(span.clone())
+            .await;
+        self.acquisition_ended(&span, &result, started);
+        result
+    }
+
+    /// [`acquire`](Self::acquire), noting the resource and the attempts on `span`.
+    async fn acquire_in(
+        self: &Arc<Self>,
+        resources: &[&str],
+        deadline: Option<Instant>,
+        span: &tracing::Span,
+    ) -> Result<Arc<Lease>, LockError> {
+        let started = Instant::now();
+        let resources = Resources::new(&self.config, resources)?;
+        span.record("resource", resources.name.as_str());
+        let timed_out = |last: Option<LockError>| LockError::TimedOut {
+            resource: resources.name.clone(),
+            waited: started.elapsed(),
+            last: last.map(Box::new),
+        };
+        // Its turn, place in line and wake-ups; its turn ends when it is dropped.
+        let mut waiter = Waiter::new(&self.hand_off, &self.config, &resources.keys, deadline)
+            .await
+            .map_err(|TurnTimedOut| timed_out(None))?;
+        let mut retries_left = self.config.retry_count();
+        let mut last_error: Option<LockError> = None;
+        let mut attempts: u64 = 0;
+        let outcome = loop {
+            let asking = waiter.next_attempt();
+            let attempt_started = Instant::now();
+            attempts += 1;
+            span.record("attempts", attempts);
+            let attempt = self.attempt(&resources, &asking);
+            let result = match deadline {
+                None => attempt.await,
+                Some(deadline) => tokio::time::timeout_at(deadline, attempt)
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out(last_error.take()))),
+            };
+            let error = match result {
+                Err(error) if error.is_retryable() && retries_left > 0 => error,
+                result => break result,
+            };
+            let wait = retry_wait(&self.config, &mut rand::rng());
+            let wakes = Instant::now().checked_add(wait);
+            if deadline.is_some_and(|deadline| wakes.is_none_or(|wakes| wakes >= deadline)) {
+                break Err(error);
+            }
+            retries_left -= 1;
+            let held = matches!(error, LockError::Held { .. });
+            if held {
+                match waiter.found_held().await {
+                    Ok(Next::AtOnce) => {
+                        last_error = Some(error);
+                        continue;
+                    }
+                    Ok(Next::AfterWait) => {}
+                    Err(TurnTimedOut) => break Err(timed_out(Some(error))),
+                }
+            }
+            waiter
+                .wait(&asking, held, wait, attempt_started.elapsed())
+                .await;
+            last_error = Some(error);
+        };
+        match outcome {
+            Ok(_) => waiter.won(),
+            Err(_) => waiter.give_up().await,
+        }
+        outcome
+    }
+
+    /// In the background: unlocks `token`'s keys on every node (for acquisitions abandoned
+    /// mid-round), then takes `waiter` out of every node's queue (in that order, so that no
+    /// request of an abandoned attempt can queue the waiter again after it left).
+    fn abandon_in_background(
+        self: Arc<Self>,
+        keys: Keys,
+        token: LockToken,
+        waiter: Option<LockToken>,
+    ) {
+        spawn_detached(async move {
+            self.round(Command::Unlock, &keys, &token, Wait::ForEveryNode)
+                .await;
+            if let Some(waiter) = waiter {
+                let timeout = self.config.node_timeout();
+                self.hand_off.leave_queues(&keys, &waiter, timeout).await;
+            }
+        });
+    }
+}
+
+/// Unlocks every node in the background unless disarmed: makes an acquisition round safe
+/// to cancel at any await point. Armed for the keys of a token, and for the queue places of
+/// a waiter, if any.
+struct UnlockOnDrop {
+    armed: Option<(Arc<Coordinator>, Keys, LockToken, Option<LockToken>)>,
+}
+
+impl UnlockOnDrop {
+    fn disarm(&mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for UnlockOnDrop {
+    fn drop(&mut self) {
+        if let Some((coordinator, keys, token, waiter)) = self.armed.take() {
+            coordinator.abandon_in_background(keys, token, waiter);
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Held-lock operations: what a [`Lease`] asks of the nodes while its guard holds it.
+//! Release, refresh and the holds check each run one round that returns once decided; what
+//! is still in flight then finishes unawaited (see `stragglers`).
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::rounds::{Answer, Command, Wait};
+use super::stragglers::{finish_in_background, record_unlocks};
+use super::Coordinator;
+use crate::config::millis;
+use crate::error::{LeaseEnd, LockError};
+use crate::lease::Lease;
+use crate::metrics::Counters;
+use crate::observe;
+use crate::round::spawn_detached;
+
+impl Coordinator {
+    /// Deletes the lease's keys on every node. Returns once a quorum deleted them (the
+    /// other deletes finish unawaited) or once a quorum can no longer confirm it. When the
+    /// acquisition's late `SET`s are settled in the background, what each node answered is
+    /// recorded in the lease for [`finish_stragglers`](Self::finish_stragglers).
+    pub(crate) async fn release(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
+        let span = tracing::debug_span!(
+            "quorumlock.release",
+            resource = lease.resource.as_str(),
+            outcome = tracing::field::Empty,
+        );
+        #[cfg(feature = "metrics")]
+        self.observed
+            .meters
+            .hold
+            .record(lease.acquired_at().elapsed().as_secs_f64());
+        let result = self.release_in(lease).instrument(span.clone()).await;
+        let outcome = observe::settle_outcome(&result, "released");
+        span.record("outcome", outcome);
+        #[cfg(feature = "metrics")]
+        self.observed.meters.release(outcome);
+        result
+    }
+
+    /// [`release`](Self::release), within its span.
+    async fn release_in(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
+        let resource = lease.resource.as_str();
+        let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
+        let mut tally = self.empty_tally();
+        let mut answers = vec![None; self.nodes.len()];
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut answers)
+            .await;
+        if let Some(unlocks) = &lease.unlocks {
+            for (index, answer) in answers.into_iter().enumerate() {
+                if let Some(answer) = answer {
+                    unlocks.record(index, answer == Answer::Granted);
+                }
+            }
+            if !in_flight.is_empty() {
+                spawn_detached(record_unlocks(in_flight, Arc::clone(lease)));
+            }
+        } else {
+            self.let_finish(in_flight);
+        }
+        if tally.has_quorum() {
+            Counters::bump(&self.counters.released);
+            tracing::debug!(resource, "lock released");
+            Ok(())
+        } else {
+            let error = self.loss(resource, tally);
+            tracing::warn!(resource, %error, "release not confirmed by a quorum");
+            Err(error)
+        }
+    }
+
+    /// Sets the lease's keys back to the full TTL on every node, never creating a key, and
+    /// records the outcome in the lease: the new deadline, counted from before the first
+    /// request, or the lease's end when the lock proved gone. Refused once the current
+    /// deadline has passed, and failed if a quorum did not confirm before it.
+    pub(crate) async fn refresh(&self, lease: &Lease) -> Result<Instant, LockError> {
+        let started = Instant::now();
+        let span = tracing::debug_span!(
+            "quorumlock.refresh",
+            resource = lease.resource.as_str(),
+            outcome = tracing::field::Empty,
+        );
+        let result = self.extend(lease).instrument(span.clone()).await;
+        let outcome = observe::settle_outcome(&result, "extended");
+        span.record("outcome", outcome);
+        #[cfg(feature = "metrics")]
+        self.observed.meters.refresh(outcome);
+        match &result {
+            Ok(deadline) => lease.extended(started, *deadline),
+            Err(error @ LockError::NotHeld { .. }) => {
+                lease.end(LeaseEnd::Lost(Box::new(error.clone())))
+            }
+            Err(LockError::Expired { .. }) => lease.end(LeaseEnd::Expired),
+            Err(_) => {} // a quorum could not be asked: the lease may still hold
+        }
+        result
+    }
+
+    /// [`refresh`](Self::refresh) on the nodes, within its span; the new deadline.
+    async fn extend(&self, lease: &Lease) -> Result<Instant, LockError> {
+        let (resource, keys, token) = (lease.resource.as_str(), &lease.keys, &lease.token);
+        let current_deadline = lease.deadline();
+        let started = Instant::now();
+        self.check_not_expired(resource, current_deadline, started)?;
+        let ttl = self.config.ttl();
+        let mut in_flight = self.send(Command::Extend(ttl), keys, token);
+        let mut tally = self.empty_tally();
+        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut [])
+            .await;
+        // Extend on every node, not only the quorum that decided; our own keys only.
+        finish_in_background(in_flight);
+        let finished = Instant::now();
+        if !tally.has_quorum() {
+            let error = self.loss(resource, tally);
+            tracing::warn!(resource, %error, "lock not extended");
+            return Err(error);
+        }
+        // The extension counts only if it was confirmed while the old lease still held.
+        self.check_not_expired(resource, current_deadline, finished)?;
+        match self.config.deadline_from(started) {
+            Some(deadline) if deadline > finished => {
+                Counters::bump(&self.counters.extended);
+                tracing::debug!(
+                    resource,
+                    validity_ms = millis(deadline - finished),
+                    "lock extended"
+                );
+                Ok(deadline)
+            }
+            _ => Err(LockError::ValidityExhausted {
+                resource: resource.to_owned(),
+                elapsed: finished.saturating_duration_since(started),
+                ttl,
+            }),
+        }
+    }
+
+    /// Whether a quorum still holds the lease's token and its deadline has not passed.
+    pub(crate) async fn is_acquired(&self, lease: &Lease) -> Result<bool, LockError> {
+        let deadline = lease.deadline();
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        let tally = self
+            .round(
+                Command::Holds,
+                &lease.keys,
+                &lease.token,
+                Wait::UntilDecided,
+            )
+            .await;
+        if tally.has_quorum() {
+            Ok(Instant::now() < deadline)
+        } else {
+            match self.loss(&lease.resource, tally) {
+                LockError::NotHeld { .. } => Ok(false),
+                unknown => Err(unknown),
+            }
+        }
+    }
+
+    /// Releases `lease` in the background, recording what each node answered: for guards
+    /// dropped without a release. Never blocks; without a tokio runtime the keys simply
+    /// expire after their TTL.
+    pub(crate) fn release_in_background(&self, lease: Arc<Lease>) {
+        #[cfg(feature = "metrics")]
+        self.observed
+            .meters
+            .hold
+            .record(lease.acquired_at().elapsed().as_secs_f64());
+        let in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
+        spawn_detached(record_unlocks(in_flight, lease));
+    }
+
+    fn check_not_expired(
+        &self,
+        resource: &str,
+        deadline: Instant,
+        now: Instant,
+    ) -> Result<(), LockError> {
+        if now >= deadline {
+            tracing::warn!(resource, "lease expired before the operation");
+            return Err(LockError::Expired {
+                resource: resource.to_owned(),
+                ago: now.saturating_duration_since(deadline),
+            });
+        }
+        Ok(())
+    }
+}

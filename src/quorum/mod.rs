@@ -1,0 +1,149 @@
+//! The quorum coordinator: the Redlock algorithm over a set of [`LockNode`]s.
+//!
+//! Both public lock kinds run on it: [`Redlock`](crate::Redlock) with N nodes and
+//! [`RedisLock`](crate::RedisLock) with one (a quorum of one). Each operation is a *round*:
+//! the same command sent to every node at once, each reply bounded by the per-node timeout,
+//! and the replies counted until the outcome is decided.
+//!
+//! - `rounds`: sending a command to the nodes and counting the replies into a [`Tally`].
+//! - `acquire`: one attempt (the lock round, the validity check, the rollback) and the
+//!   blocking acquire that repeats it, with the drop guards that make both cancel-safe.
+//! - `held`: what a held lock's [`Lease`] asks of the nodes: release, refresh, holds.
+//! - `stragglers`: the requests a decided round leaves in flight.
+//!
+//! An acquisition hands out a [`Lease`], not a guard: the guard sits above the
+//! coordinator, which it calls for each of its operations.
+//!
+//! Time comes from `tokio::time::Instant`, a monotonic clock that tokio lets tests pause
+//! and advance, so the same code runs on a simulated timeline.
+//!
+//! [`Tally`]: crate::Tally
+//! [`Lease`]: crate::lease::Lease
+
+mod acquire;
+mod held;
+mod rounds;
+mod stragglers;
+
+use std::sync::Arc;
+
+use crate::config::LockConfig;
+use crate::error::LockError;
+use crate::handoff::HandOff;
+use crate::metrics::{Counters, NodeMetrics};
+use crate::node::LockNode;
+use crate::observe::Observed;
+use crate::round::NodeSet;
+
+/// The Redlock algorithm over a fixed set of nodes with one configuration.
+pub(crate) struct Coordinator {
+    nodes: NodeSet,
+    counters: Arc<Counters>,
+    /// Per-node counters, the failing-node warnings and the metrics handles.
+    observed: Arc<Observed>,
+    /// The turns, queue places and announcements of the blocking acquisitions.
+    hand_off: Arc<HandOff>,
+    config: LockConfig,
+    quorum: usize,
+}
+
+impl Coordinator {
+    /// A coordinator over `nodes`, which must be non-empty and have distinct names.
+    pub(crate) fn new(
+        nodes: Vec<Arc<dyn LockNode>>,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
+        Self::with_counters(nodes, config, Arc::default())
+    }
+
+    /// [`new`](Self::new), counting into `counters`, which the nodes may share.
+    pub(crate) fn with_counters(
+        nodes: Vec<Arc<dyn LockNode>>,
+        config: LockConfig,
+        counters: Arc<Counters>,
+    ) -> Result<Self, LockError> {
+        if nodes.is_empty() {
+            return Err(LockError::InvalidNode {
+                node: "(none)".to_owned(),
+                reason: "a lock needs at least one node".to_owned(),
+            });
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            if nodes[..i]
+                .iter()
+                .any(|earlier| earlier.name() == node.name())
+            {
+                return Err(LockError::InvalidNode {
+                    node: node.name().to_owned(),
+                    reason: "listed twice; the nodes of a quorum must be independent servers"
+                        .to_owned(),
+                });
+            }
+        }
+        let quorum = nodes.len() / 2 + 1;
+        let observed = Arc::new(Observed::new(&nodes));
+        let nodes: NodeSet = nodes.into();
+        Ok(Coordinator {
+            hand_off: Arc::new(HandOff::new(Arc::clone(&nodes), quorum)),
+            nodes,
+            counters,
+            observed,
+            config,
+            quorum,
+        })
+    }
+
+    /// A coordinator over Redis nodes for `clients` (named without credentials), connected
+    /// and checked at once (see [`connect_checked`](crate::node::connect_checked)), the
+    /// nodes counting into the coordinator's counters.
+    pub(crate) async fn connected(
+        clients: Vec<(String, redis::Client)>,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
+        let counters = Arc::default();
+        let nodes = crate::node::connect_checked(clients, &config, &counters)
+            .await?
+            .into_iter()
+            .map(|node| Arc::new(node) as Arc<dyn LockNode>)
+            .collect();
+        Self::with_counters(nodes, config, counters)
+    }
+
+    /// The same nodes with another configuration.
+    pub(crate) fn with_config(&self, config: LockConfig) -> Self {
+        Coordinator {
+            nodes: Arc::clone(&self.nodes),
+            counters: Arc::clone(&self.counters),
+            observed: Arc::clone(&self.observed),
+            hand_off: Arc::clone(&self.hand_off),
+            config,
+            quorum: self.quorum,
+        }
+    }
+
+    pub(crate) fn config(&self) -> &LockConfig {
+        &self.config
+    }
+
+    pub(crate) fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    pub(crate) fn nodes(&self) -> &[Arc<dyn LockNode>] {
+        &self.nodes
+    }
+
+    /// The counters every lock on these connections counts into.
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    pub(crate) fn node_metrics(&self) -> Vec<NodeMetrics> {
+        self.observed.snapshot()
+    }
+
+    /// Whether `other` runs on the very same node connections.
+    pub(crate) fn shares_nodes_with(&self, other: &Coordinator) -> bool {
+        Arc::ptr_eq(&self.nodes, &other.nodes)
+    }
+}
