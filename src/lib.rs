@@ -158,6 +158,7 @@
 /// [`RedisLock::from_client`] take: use this re-export to build them with the same version.
 pub use redis;
 
+mod bounds;
 mod config;
 mod error;
 mod factory;
