@@ -62,7 +62,7 @@ impl Resources {
 impl LockConfig {
     /// The Redis key a lock on `resource` lives under: the name, after the key prefix.
     /// Fails on a name that cannot be a lock (empty, or longer than
-    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)).
+    /// [`MAX_RESOURCE_LEN`]).
     ///
     /// ```
     /// # use quorumlock::LockConfig;

@@ -281,9 +281,8 @@ impl LockConfig {
     /// The longest validity an acquisition can have: the TTL less the drift allowance. The
     /// validity actually granted is this less the time the acquisition took.
     ///
-    /// The one home of the validity formula: the deadlines of acquisitions and refreshes
-    /// ([`deadline_from`](Self::deadline_from)) and the rule that a round's node timeout
-    /// must leave some of it are all computed from it.
+    /// The one home of the validity formula: the deadlines of acquisitions and refreshes,
+    /// and the rule that a round's node timeout must leave some of it, are computed from it.
     pub fn max_validity(&self) -> Duration {
         self.ttl.saturating_sub(self.drift_allowance())
     }

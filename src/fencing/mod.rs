@@ -195,7 +195,7 @@ redis.call("SET", KEYS[1], ARGV[2])
 return 1
 "#;
 
-/// Raises each fencing counter in KEYS to ARGV[1] unless it is already higher; returns the
+/// Raises each fencing counter in KEYS to `ARGV[1]` unless it is already higher; returns the
 /// lowest value they hold afterwards. Never sets an expiry: counters must outlive every lock.
 pub(crate) const RAISE_COUNTER_SCRIPT: &str = r#"
 local wanted = tonumber(ARGV[1])
