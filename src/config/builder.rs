@@ -122,10 +122,7 @@ impl LockConfigBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::config::tests::ms;
 
     #[test]
     fn builder_derives_copies_without_touching_the_original() {

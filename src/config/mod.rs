@@ -322,7 +322,8 @@ mod tests {
     //! the rules have theirs).
     use super::*;
 
-    fn ms(n: u64) -> Duration {
+    /// Milliseconds, for the tests of every part of the configuration.
+    pub(super) fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 

@@ -104,11 +104,8 @@ impl LockConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::ms;
     use std::time::Duration;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
 
     #[test]
     fn rejects_zero_sub_millisecond_and_huge_ttls() {

@@ -94,11 +94,8 @@ impl LockConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::ms;
     use crate::error::ConfigError;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
 
     #[test]
     fn accepts_retries_up_to_the_bound_and_counts_the_attempts() {
