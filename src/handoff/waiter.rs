@@ -7,9 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::shared::HandOff;
 use super::turns::{LocalQueues, LocalTurn};
 use super::watches::ReleaseWatches;
-use super::HandOff;
 use crate::config::LockConfig;
 use crate::node::QueuePlace;
 use crate::resource::Keys;
