@@ -39,7 +39,7 @@ pub(crate) struct Round<T> {
 impl<T: Send + 'static> Round<T> {
     /// Sends nothing yet: each request goes out when the round is first polled. Has room
     /// for requests to `nodes` nodes.
-    pub(crate) fn with_capacity(timeout: Duration, nodes: usize) -> Self {
+    fn with_capacity(timeout: Duration, nodes: usize) -> Self {
         Round {
             requests: FuturesUnordered::new(),
             waiting_on: Vec::with_capacity(nodes),

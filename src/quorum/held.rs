@@ -175,6 +175,8 @@ impl Coordinator {
         spawn_detached(record_unlocks(in_flight, lease));
     }
 
+    /// Refuses to act on a lease whose `deadline` has passed at `now`: another owner may
+    /// already hold the lock, and extending it then would be unsafe.
     fn check_not_expired(
         &self,
         resource: &str,

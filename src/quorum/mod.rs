@@ -134,7 +134,7 @@ impl Coordinator {
     }
 
     /// The counters every lock on these connections counts into.
-    pub(crate) fn counters(&self) -> &Arc<Counters> {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
 
