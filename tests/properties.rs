@@ -36,7 +36,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use proptest::strategy::Strategy;
-use quorumlock::node::LockNode;
+use quorumlock::node::{LockNode, NodeReply, NodeRequest};
 use quorumlock::sim::{Op, Outcome, Reply, SimCluster};
 use quorumlock::{LockConfig, LockError, LockToken, NodeError, Redlock};
 use tokio::time::Instant;
@@ -536,7 +536,7 @@ fn every_node_receives_each_command() {
 /// nothing, the `SET` lands after it, and the coordinator must undo that `SET` itself.
 #[test]
 fn a_set_overtaken_by_the_release_is_undone() {
-    /// Delays `try_lock` only, so a later unlock reaches the node first.
+    /// Delays lock requests only, so a later unlock reaches the node first.
     #[derive(Debug)]
     struct SlowSet(std::sync::Arc<dyn LockNode>);
 
@@ -544,52 +544,17 @@ fn a_set_overtaken_by_the_release_is_undone() {
         fn name(&self) -> &str {
             self.0.name()
         }
-        fn try_lock<'a>(
+        fn call<'a>(
             &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            token: &'a LockToken,
-            ttl: Duration,
-        ) -> BoxFuture<'a, Result<bool, NodeError>> {
+            request: NodeRequest<'a>,
+        ) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
             async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                self.0.try_lock(keys, token, ttl).await
+                if let NodeRequest::Lock { .. } = request {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                self.0.call(request).await
             }
             .boxed()
-        }
-        fn unlock<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            token: &'a LockToken,
-        ) -> BoxFuture<'a, Result<bool, NodeError>> {
-            self.0.unlock(keys, token)
-        }
-        fn extend<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            token: &'a LockToken,
-            ttl: Duration,
-        ) -> BoxFuture<'a, Result<bool, NodeError>> {
-            self.0.extend(keys, token, ttl)
-        }
-        fn holds<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            token: &'a LockToken,
-        ) -> BoxFuture<'a, Result<bool, NodeError>> {
-            self.0.holds(keys, token)
-        }
-        fn read_counter<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-        ) -> BoxFuture<'a, Result<u64, NodeError>> {
-            self.0.read_counter(keys)
-        }
-        fn raise_counter<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            value: u64,
-        ) -> BoxFuture<'a, Result<u64, NodeError>> {
-            self.0.raise_counter(keys, value)
         }
     }
 

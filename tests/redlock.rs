@@ -148,7 +148,7 @@ async fn nobody_can_release_or_refresh_someone_elses_lock() {
         }
     }
     let url = &cluster.urls()[granted.expect("a quorum of nodes hold the token")];
-    let node = RedisNode::connect(url, NODE_TIMEOUT).await.unwrap();
+    let node: Arc<dyn LockNode> = Arc::new(RedisNode::connect(url, NODE_TIMEOUT).await.unwrap());
     let stranger = LockToken::generate();
     assert!(!node.unlock(&[Arc::from("stock")], &stranger).await.unwrap());
     assert!(!node
@@ -686,9 +686,8 @@ async fn an_uncontended_cycle_on_answering_nodes_spawns_no_task() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_node_request_dropped_once_sent_still_reaches_the_node() {
     let cluster = cluster(1).await;
-    let node = RedisNode::connect(&cluster.urls()[0], Duration::from_secs(1))
-        .await
-        .unwrap();
+    let node = RedisNode::connect(&cluster.urls()[0], Duration::from_secs(1)).await;
+    let node: Arc<dyn LockNode> = Arc::new(node.unwrap());
     let token = LockToken::generate();
     let keys: Vec<Arc<str>> = vec!["sent-then-dropped".into()];
     // Connected first, so that the first poll queues the command at once.
