@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    acquire_and_release, all_keys, cluster, config, eventually, no_keys_left, redlock, retrying,
-    slow_nodes_config, NODE_TIMEOUT, TTL,
+    acquire_and_release, all_keys, cluster, config, eventually, held_on_every_node, no_keys_left,
+    redlock, retrying, slow_nodes_config, NODE_TIMEOUT, TTL,
 };
 use quorumlock::node::{LockNode, RedisNode};
 use quorumlock::testkit::{NodeOptions, RedisCluster};
@@ -247,10 +247,7 @@ async fn refresh_never_revives_a_flushed_lock() {
     let deadline = guard.deadline();
 
     // Keys lost on a majority (an eviction or FLUSHALL on 3 of 5 nodes).
-    eventually("the key on every node", Duration::from_secs(2), || async {
-        all_keys(&cluster).await.len() == 5
-    })
-    .await;
+    held_on_every_node(&cluster, &guard).await;
     for i in 0..3 {
         cluster.node(i).flush().await.unwrap();
     }
@@ -666,12 +663,7 @@ async fn an_uncontended_cycle_on_answering_nodes_spawns_no_task() {
         let guard = lock.try_acquire(&format!("cycle-{i}")).await.unwrap();
         assert_eq!(metrics.num_alive_tasks(), before, "after acquire {i}");
         // ...and yet the lock reaches every node, not only the quorum that answered first.
-        let key = format!("cycle-{i}");
-        eventually("the lock on every node", Duration::from_secs(2), || async {
-            let held = cluster.keys_on_running(&key).await.expect("list keys");
-            held.iter().all(|keys| keys.len() == 1)
-        })
-        .await;
+        held_on_every_node(&cluster, &guard).await;
         guard.release().await.unwrap();
         assert_eq!(metrics.num_alive_tasks(), before, "after release {i}");
     }
