@@ -5,18 +5,18 @@
 //! tests. A node answers one [`NodeRequest`] at a time with a [`NodeReply`]; both enums
 //! are `#[non_exhaustive]`, so that a new kind of request (and its reply) can be added
 //! without breaking the nodes written before it, which answer it
-//! [`Unsupported`](NodeReply::Unsupported). The typed calls on `dyn LockNode`
-//! ([`try_lock`](NodeRequest::Lock), [`unlock`](NodeRequest::Unlock), ...; see the
-//! implementations on `dyn LockNode` below the trait) send a request and read its reply,
-//! and give an unsupported optional request its plain meaning: a queued or watching lock
-//! attempt is a plain one, leaving a queue does nothing, and a watch is not started.
+//! [`Unsupported`](NodeReply::Unsupported). The typed calls on `dyn LockNode` (`try_lock`,
+//! `unlock`, ...: see the implementations on `dyn LockNode` below the trait's methods)
+//! send a request and read its reply, and give an unsupported optional request its plain
+//! meaning: a queued or watching lock attempt is a plain one, leaving a queue does
+//! nothing, and a watch is not started.
 //!
 //! An implementation must keep the contract of each request: every delete and every
 //! expiry change is conditional on the caller's token, nothing but a lock request ever
 //! creates a lock key, and a lock over several keys is taken or extended on one node for
 //! all of them or for none.
 
-mod connect;
+mod address;
 mod identity;
 mod link;
 mod redis;
@@ -28,13 +28,18 @@ mod unawaited;
 mod watch;
 
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 
 use crate::error::NodeError;
+use crate::token::LockToken;
 
-pub use self::connect::{client_name, redact_url};
-pub(crate) use self::connect::{clients_for_urls, connect_checked, named_clients};
+pub use self::address::{client_name, redact_url};
+pub(crate) use self::address::{clients_for_urls, named_clients};
+pub(crate) use self::redis::connect_checked;
 pub use self::redis::RedisNode;
 pub use self::request::{NodeReply, NodeRequest, QueuePlace};
 pub use self::watch::{Announcement, ReleaseWatch};
@@ -96,6 +101,176 @@ pub trait LockNode: Send + Sync + fmt::Debug {
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>>;
 }
 
+/// The typed requests: each sends one [`NodeRequest`] and reads the reply it expects. A
+/// reply of another kind is an error, and so is an unsupported core request; an
+/// unsupported optional request falls back to its plain meaning.
+impl<'n> dyn LockNode + 'n {
+    /// [`NodeRequest::Lock`]: whether the lock was taken.
+    pub fn try_lock<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        self.expect(NodeRequest::Lock { keys, token, ttl }, done)
+    }
+
+    /// [`NodeRequest::Unlock`]: whether every key held `token` and was deleted.
+    pub fn unlock<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        self.expect(NodeRequest::Unlock { keys, token }, done)
+    }
+
+    /// [`NodeRequest::Extend`]: whether the TTLs were set.
+    pub fn extend<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        self.expect(NodeRequest::Extend { keys, token, ttl }, done)
+    }
+
+    /// [`NodeRequest::Holds`]: whether every key holds `token`.
+    pub fn holds<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        self.expect(NodeRequest::Holds { keys, token }, done)
+    }
+
+    /// [`NodeRequest::ReadCounter`]: the highest of the counters.
+    pub fn read_counter<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<u64, NodeError>> {
+        self.expect(NodeRequest::ReadCounter { keys }, counter)
+    }
+
+    /// [`NodeRequest::RaiseCounter`]: the lowest of the counters after the raise.
+    pub fn raise_counter<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        value: u64,
+    ) -> BoxFuture<'a, Result<u64, NodeError>> {
+        self.expect(NodeRequest::RaiseCounter { keys, value }, counter)
+    }
+
+    /// [`NodeRequest::LockWatching`], or a plain [`NodeRequest::Lock`] on a node
+    /// that does not support it.
+    pub fn try_lock_watching<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        interest: Duration,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        let request = NodeRequest::LockWatching {
+            keys,
+            token,
+            ttl,
+            interest,
+        };
+        self.or_plain_lock(request, (keys, token, ttl))
+    }
+
+    /// [`NodeRequest::LockQueued`], or a plain [`NodeRequest::Lock`] on a node
+    /// without a queue.
+    pub fn try_lock_queued<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        place: &'a QueuePlace,
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        let request = NodeRequest::LockQueued {
+            keys,
+            token,
+            ttl,
+            place,
+        };
+        self.or_plain_lock(request, (keys, token, ttl))
+    }
+
+    /// [`NodeRequest::LeaveQueue`]; nothing to do on a node without a queue.
+    pub fn leave_queue<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        waiter: &'a LockToken,
+    ) -> BoxFuture<'a, Result<(), NodeError>> {
+        let request = NodeRequest::LeaveQueue { keys, waiter };
+        self.call(request)
+            .map(move |reply| match reply? {
+                NodeReply::Done(_) | NodeReply::Unsupported => Ok(()),
+                other => Err(unexpected(request.what(), &other)),
+            })
+            .boxed()
+    }
+
+    /// [`NodeRequest::WatchReleases`]; `None` when the node cannot announce releases (or
+    /// failed to start the watch), and waiters rely on their retry delay.
+    pub fn watch_releases<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        self.watch(NodeRequest::WatchReleases { key })
+    }
+
+    /// [`NodeRequest::WatchReservations`]; `None` when the node cannot announce
+    /// reservations (or failed to start the watch), and queued waiters claim them on their
+    /// retry delay.
+    pub fn watch_reservations<'a>(
+        &'a self,
+        client: &'a str,
+    ) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        self.watch(NodeRequest::WatchReservations { client })
+    }
+
+    /// Whether the node's requests go out when first polled ([`NodeHints`]).
+    pub(crate) fn sends_when_polled(&self) -> bool {
+        self.hints().sends_when_polled
+    }
+
+    /// Sends `request` and reads its reply with `read`.
+    fn expect<'a, T: 'a>(
+        &'a self,
+        request: NodeRequest<'a>,
+        read: fn(NodeReply) -> Result<T, NodeReply>,
+    ) -> BoxFuture<'a, Result<T, NodeError>> {
+        let what = request.what();
+        self.call(request)
+            .map(move |reply| read(reply?).map_err(|other| unexpected(what, &other)))
+            .boxed()
+    }
+
+    /// Sends the lock attempt `request` for `keys`; when unsupported, a plain
+    /// [`NodeRequest::Lock`] instead.
+    fn or_plain_lock<'a>(
+        &'a self,
+        request: NodeRequest<'a>,
+        (keys, token, ttl): (&'a [Arc<str>], &'a LockToken, Duration),
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        async move {
+            match self.call(request).await? {
+                NodeReply::Unsupported => self.try_lock(keys, token, ttl).await,
+                reply => done(reply).map_err(|other| unexpected(request.what(), &other)),
+            }
+        }
+        .boxed()
+    }
+
+    /// Starts the watch `request`; `None` when the node does not give one.
+    fn watch<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        self.call(request)
+            .map(|reply| match reply {
+                Ok(NodeReply::Watch(watch)) => Some(watch),
+                _ => None,
+            })
+            .boxed()
+    }
+}
+
 /// Hints about how a node handles requests, which let the coordinator save work. Nothing
 /// depends on them for correctness: [`NodeHints::new`] claims nothing, and is always right.
 ///
@@ -129,5 +304,31 @@ impl NodeHints {
     pub const fn sends_when_polled(mut self, sends: bool) -> Self {
         self.sends_when_polled = sends;
         self
+    }
+}
+
+/// The answer of a [`Done`](NodeReply::Done) reply.
+fn done(reply: NodeReply) -> Result<bool, NodeReply> {
+    match reply {
+        NodeReply::Done(done) => Ok(done),
+        other => Err(other),
+    }
+}
+
+/// The value of a [`Counter`](NodeReply::Counter) reply.
+fn counter(reply: NodeReply) -> Result<u64, NodeReply> {
+    match reply {
+        NodeReply::Counter(value) => Ok(value),
+        other => Err(other),
+    }
+}
+
+/// The error for a `reply` that does not answer the request `what`.
+fn unexpected(what: &str, reply: &NodeReply) -> NodeError {
+    match reply {
+        NodeReply::Unsupported => {
+            NodeError::Redis(format!("the node does not support the {what} request"))
+        }
+        other => NodeError::Redis(format!("unexpected reply to {what}: {other:?}")),
     }
 }

@@ -18,6 +18,7 @@ use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
 use super::scripts::{NodeScripts, Resend, ScriptCall};
 use super::unawaited::{Awaited, Bounds, Keep, Request, Unawaited};
 use super::{client_name, redact_url};
+use crate::config::LockConfig;
 use crate::error::{LockError, NodeError};
 use crate::metrics::Counters;
 
@@ -292,6 +293,54 @@ impl RedisNode {
                 .map_err(|err| self.node_error(err))
         }
     }
+}
+
+/// Nodes on `clients` (each with its name), connected and checked at once: a server that
+/// cannot serve the lock (see [`identity`](super::identity)), or that another client of the
+/// list reaches too, is an [`InvalidNode`](LockError::InvalidNode) error. A node that
+/// cannot be reached now is kept: it counts as failed until it comes back, and is checked
+/// then.
+pub(crate) async fn connect_checked(
+    clients: Vec<(String, redis::Client)>,
+    config: &LockConfig,
+    counters: &Arc<Counters>,
+) -> Result<Vec<RedisNode>, LockError> {
+    let timeouts = NodeTimeouts {
+        connect: config.connect_timeout(),
+        request: config.node_timeout(),
+    };
+    let admission = Arc::new(Admission::new(
+        config.fencing() && !config.fencing_on_volatile_nodes(),
+    ));
+    let nodes: Vec<RedisNode> = clients
+        .into_iter()
+        .map(|(name, client)| {
+            RedisNode::open(
+                client,
+                name,
+                timeouts,
+                Arc::clone(&admission),
+                Arc::clone(counters),
+            )
+            .announce_releases(config.notify_releases())
+        })
+        .collect();
+    let checks = futures::future::join_all(nodes.iter().map(RedisNode::check)).await;
+    for (node, check) in nodes.iter().zip(checks) {
+        match check {
+            Ok(()) => {}
+            Err(Rejection::Refused(refusal)) => {
+                return Err(LockError::InvalidNode {
+                    node: node.name.clone(),
+                    reason: refusal.to_string(),
+                })
+            }
+            Err(Rejection::Failed(reason)) => {
+                tracing::warn!(node = %node.name, %reason, "node unreachable; it counts as failed until it answers");
+            }
+        }
+    }
+    Ok(nodes)
 }
 
 impl fmt::Debug for RedisNode {

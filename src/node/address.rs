@@ -1,14 +1,7 @@
-//! From node addresses to checked [`RedisNode`]s: a node's name (its address without
-//! credentials), the clients for a lock's URLs, and the admission check on connect.
+//! A node's address: its name for logs and errors (the address without credentials), and
+//! the clients for a lock's URLs or the caller's clients, each with its name.
 
-use std::sync::Arc;
-
-use super::identity::{Admission, Rejection};
-use super::redis::{NodeTimeouts, RedisNode};
-use super::LockNode;
-use crate::config::LockConfig;
 use crate::error::LockError;
-use crate::metrics::Counters;
 
 /// A URL with any user name, password and query removed, fit for logs and errors.
 ///
@@ -95,54 +88,6 @@ fn bracketed(host: &str) -> String {
     } else {
         host.to_owned()
     }
-}
-
-/// Nodes on `clients` (each with its name), connected and checked at once: a server that
-/// cannot serve the lock (see [`identity`](super::identity)), or that another client of the
-/// list reaches too, is an [`InvalidNode`](LockError::InvalidNode) error. A node that
-/// cannot be reached now is kept: it counts as failed until it comes back, and is checked
-/// then.
-pub(crate) async fn connect_checked(
-    clients: Vec<(String, redis::Client)>,
-    config: &LockConfig,
-    counters: &Arc<Counters>,
-) -> Result<Vec<RedisNode>, LockError> {
-    let timeouts = NodeTimeouts {
-        connect: config.connect_timeout(),
-        request: config.node_timeout(),
-    };
-    let admission = Arc::new(Admission::new(
-        config.fencing() && !config.fencing_on_volatile_nodes(),
-    ));
-    let nodes: Vec<RedisNode> = clients
-        .into_iter()
-        .map(|(name, client)| {
-            RedisNode::open(
-                client,
-                name,
-                timeouts,
-                Arc::clone(&admission),
-                Arc::clone(counters),
-            )
-            .announce_releases(config.notify_releases())
-        })
-        .collect();
-    let checks = futures::future::join_all(nodes.iter().map(RedisNode::check)).await;
-    for (node, check) in nodes.iter().zip(checks) {
-        match check {
-            Ok(()) => {}
-            Err(Rejection::Refused(refusal)) => {
-                return Err(LockError::InvalidNode {
-                    node: node.name().to_owned(),
-                    reason: refusal.to_string(),
-                })
-            }
-            Err(Rejection::Failed(reason)) => {
-                tracing::warn!(node = node.name(), %reason, "node unreachable; it counts as failed until it answers");
-            }
-        }
-    }
-    Ok(nodes)
 }
 
 #[cfg(test)]
