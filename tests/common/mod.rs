@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{RedisCluster, RedisProcess};
-use quorumlock::{DistributedLock, LockConfig, LockGuard, Redlock};
+use quorumlock::{DistributedLock, LockConfig, Redlock};
 use redis::aio::MultiplexedConnection;
 
 /// A TTL long enough to never expire by accident on a loaded 2-core machine.
@@ -135,12 +135,12 @@ where
 
 /// Waits (up to 2 s) until every key of `guard` holds its token on every node of
 /// `cluster`: the requests the quorum did not wait for have landed too.
-pub async fn held_on_every_node(cluster: &RedisCluster, guard: &LockGuard) {
+pub async fn held_on_every_node(cluster: &RedisCluster, guard: &quorumlock::LockGuard) {
     held_on(cluster, 0..cluster.len(), guard).await;
 }
 
 /// Waits (up to 2 s) until every key of `guard` holds its token on the nodes at `nodes`.
-pub async fn held_on(cluster: &RedisCluster, nodes: Range<usize>, guard: &LockGuard) {
+pub async fn held_on(cluster: &RedisCluster, nodes: Range<usize>, guard: &quorumlock::LockGuard) {
     let what = format!("{} held on nodes {nodes:?}", guard.resource());
     let token = guard.token().as_str();
     eventually(&what, Duration::from_secs(2), || async {
