@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    chaos_config, command_calls, eventually, no_lock_key_outlives_ttl, node_command, proxied,
-    proxied_with, redlock_via, warm_up, LOCK_KEYS, NODE_TIMEOUT,
+    chaos_config, command_calls, eventually, held_on, held_on_every_node, no_lock_key_outlives_ttl,
+    node_command, proxied, proxied_with, redlock_via, warm_up, LOCK_KEYS, NODE_TIMEOUT,
 };
 use quorumlock::testkit::{
     Direction, FaultProxy, NodeOptions, Persistence, ProxiedCluster, RedisCluster, ResetWhen,
@@ -725,17 +725,7 @@ async fn lock_on_first_three(cluster: &ProxiedCluster, lock: &Redlock) -> quorum
         cluster.proxy(i).partition().await.unwrap();
     }
     let guard = lock.try_acquire("stock:42").await.unwrap();
-    for i in 0..3 {
-        eventually(
-            "the key on the three reachable nodes",
-            Duration::from_secs(2),
-            || async {
-                cluster.node(i).get(guard.key()).await.unwrap().as_deref()
-                    == Some(guard.token().as_str())
-            },
-        )
-        .await;
-    }
+    held_on(cluster.cluster(), 0..3, &guard).await;
     guard
 }
 
@@ -888,14 +878,7 @@ async fn a_flushed_key_is_never_resurrected_by_a_refresh() {
     let lock = redlock_via(&cluster, patient(ttl)).await;
     let mut guard = lock.try_acquire("session:7").await.unwrap();
     let key = guard.key().to_owned();
-    eventually("the key on every node", Duration::from_secs(2), || async {
-        let mut on = 0;
-        for i in 0..5 {
-            on += usize::from(cluster.node(i).get(&key).await.unwrap().is_some());
-        }
-        on == 5
-    })
-    .await;
+    held_on_every_node(cluster.cluster(), &guard).await;
 
     // One node loses the key: the refresh still has a quorum, and does not recreate it.
     cluster.node(1).flush().await.unwrap();
@@ -1064,8 +1047,8 @@ async fn losing_a_majority_under_auto_extension_signals_the_loss_before_the_dead
     no_lock_key_outlives_ttl(cluster.cluster(), LOCK_KEYS, ttl).await;
 }
 
-/// Releases; a failure is accepted only when a node failed to answer, which the known
-/// classification issue below turns into `NotHeld` on a loaded machine.
+/// Releases; an unconfirmed release is accepted only when a node failed to answer (a
+/// loaded machine can make one miss its timeout), never when every node answered.
 async fn release_checked(guard: quorumlock::LockGuard) {
     if let Err(err) = guard.release().await {
         assert!(
@@ -1305,8 +1288,8 @@ async fn errors_name_each_failing_node_and_why_and_never_a_password() {
     let err = misconfigured.try_acquire("payment:4").await.unwrap_err();
     eprintln!("wrong password: {err}");
     assert!(matches!(err, LockError::NoQuorum { .. }), "{err:?}");
-    // Only the nodes that answered before the round was decided are listed (see the known
-    // issue below): at least a quorum's worth here.
+    // The error names the failed nodes, each with the authentication error: at least the
+    // two that rule out a quorum of three.
     let failed = failures(&err);
     assert!(failed.len() >= 2, "{err}");
     for (_, error) in failed {
@@ -1414,14 +1397,15 @@ async fn the_single_node_lock_names_its_node_and_the_fault() {
 }
 
 // ---------------------------------------------------------------------------
-// Known library issues, reproduced deterministically. Each asserts the behaviour the issue
-// asks for and fails today; run them with `cargo test --test chaos -- --ignored`.
+// What a round reports when some nodes fail and others are slow: classification by the
+// nodes that answered, each failed node named. Deterministic reproductions of the
+// classification bugs docs/chaos.md lists as fixed.
 // ---------------------------------------------------------------------------
 
 /// A lock held by a majority, with the other two of five nodes down (a tolerated fault), is
-/// reported to a second client as `NoQuorum` ("an infrastructure problem: alert on it")
-/// instead of `Held` whenever the down nodes fail faster than the healthy ones answer: the
-/// round stops as soon as success is impossible and classifies by who answered so far.
+/// reported to a second client as `Held`, not `NoQuorum` ("an infrastructure problem:
+/// alert on it"), even when the down nodes fail before the healthy ones answer: two failed
+/// nodes alone do not rule out a quorum, so the round hears the holders' refusals.
 #[tokio::test]
 async fn contention_with_two_nodes_down_is_reported_as_held() {
     let ttl = Duration::from_secs(5);
@@ -1447,9 +1431,9 @@ async fn contention_with_two_nodes_down_is_reported_as_held() {
     }
 }
 
-/// A failed round's tally lists only the nodes that answered before the round was decided;
-/// a node still in flight (here a blackholed one) is left out of the error, so an operator
-/// reading it does not learn that node is broken too.
+/// A failed round's error names every failing node, the one still in flight when the
+/// round was decided (here a blackholed one) included, so that an operator reading it
+/// learns of each broken node.
 #[tokio::test]
 async fn a_no_quorum_error_names_every_failing_node() {
     let ttl = Duration::from_secs(2);
@@ -1468,26 +1452,16 @@ async fn a_no_quorum_error_names_every_failing_node() {
 }
 
 /// A refresh that one node answered "not ours" (its key was flushed) while two others were
-/// merely slow is reported as `NotHeld`, and the lease is ended as lost, although four of
-/// five nodes still hold the token. The coordinator calls a lock gone when a quorum
-/// *answered* (granted or refused: here 2 + 1), not when a quorum *refused*. The same rule
-/// makes a release that could not confirm one delete report `NotHeld` ("the critical
-/// section may have overlapped"), and `is_acquired` answer `false` instead of "cannot tell".
+/// merely slow is `NoQuorum` (not confirmed), not `NotHeld`, and leaves the lease alive:
+/// four of five nodes still hold the token, and a lock is gone only when a quorum
+/// *refused*, not when a quorum *answered* (here 2 grants and 1 refusal).
 #[tokio::test]
 async fn slow_nodes_do_not_make_a_held_lock_look_lost() {
     let ttl = Duration::from_secs(2);
     let cluster = proxied(5).await;
     let lock = redlock_via(&cluster, chaos_config(ttl)).await;
     let mut guard = lock.try_acquire("lease").await.unwrap();
-    let key = guard.key().to_owned();
-    eventually("the key on every node", Duration::from_secs(2), || async {
-        let mut on = 0;
-        for i in 0..5 {
-            on += usize::from(cluster.node(i).get(&key).await.unwrap().is_some());
-        }
-        on == 5
-    })
-    .await;
+    held_on_every_node(cluster.cluster(), &guard).await;
     cluster.node(0).flush().await.unwrap();
     for i in 1..3 {
         cluster

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{cluster, eventually, raw_connection, redlock, TTL};
+use common::{cluster, eventually, held_on_every_node, raw_connection, redlock, TTL};
 
 use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, LockGuard, Redlock};
@@ -246,19 +246,7 @@ async fn the_releaser_cannot_barge_in_ahead_of_the_line() {
     }
 
     let (_, guard) = served(waiter).await;
-    let token = guard.token().as_str().to_owned();
-    eventually(
-        "the waiter's token on every node",
-        Duration::from_secs(2),
-        || async {
-            nodes
-                .values()
-                .await
-                .iter()
-                .all(|value| value.as_deref() == Some(&*token))
-        },
-    )
-    .await;
+    held_on_every_node(&cluster, &guard).await;
     guard.release().await.unwrap();
 }
 

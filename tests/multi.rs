@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    all_keys, cluster, config, eventually, no_keys_left, raw_connection, redlock, retrying, TTL,
+    all_keys, cluster, config, held_on_every_node, no_keys_left, raw_connection, redlock, retrying,
+    TTL,
 };
 use quorumlock::LockError;
 
@@ -20,12 +21,7 @@ async fn all_resources_are_taken_together_and_released_together() {
         .unwrap();
     assert_eq!(guard.resource(), "account:3 + account:7");
     assert_eq!(guard.keys().collect::<Vec<_>>(), ["account:3", "account:7"]);
-    eventually(
-        "both keys on every node",
-        Duration::from_secs(2),
-        || async { all_keys(&cluster).await.len() == 10 },
-    )
-    .await;
+    held_on_every_node(&cluster, &guard).await;
     for node in cluster.nodes() {
         for key in ["account:3", "account:7"] {
             assert_eq!(
@@ -104,12 +100,7 @@ async fn an_expired_part_makes_refresh_fail_without_extending_the_rest() {
     let cluster = cluster(3).await;
     let lock = redlock(&cluster, config(TTL)).await;
     let mut guard = lock.try_acquire_many(&["x", "y"]).await.unwrap();
-    eventually(
-        "both keys on every node",
-        Duration::from_secs(2),
-        || async { all_keys(&cluster).await.len() == 6 },
-    )
-    .await;
+    held_on_every_node(&cluster, &guard).await;
     // "y" vanishes (evicted) on two of the three nodes.
     let mut raw = Vec::new();
     for i in 0..2 {

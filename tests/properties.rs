@@ -36,12 +36,12 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use proptest::strategy::Strategy;
-use quorumlock::node::LockNode;
+use quorumlock::node::{LockNode, NodeReply, NodeRequest};
 use quorumlock::sim::{Op, Outcome, Reply, SimCluster};
 use quorumlock::{LockConfig, LockError, LockToken, NodeError, Redlock};
 use tokio::time::Instant;
 
-use harness::{check, search};
+use harness::{property, search};
 use runner::{run, Trace};
 use schedule::{
     schedules, End, Fault, Hold, Kind, NodeSetup, Profile, Schedule, Session, TimedFault,
@@ -66,118 +66,95 @@ fn mixed(kind: Kind) -> impl Strategy<Value = Schedule> {
 // The nine invariants
 // ---------------------------------------------------------------------------------------
 
-/// 1. Success needs OK from at least N/2+1 distinct nodes in the same attempt.
-#[test]
-fn invariant_1_success_needs_a_quorum_in_one_attempt() {
-    check(
-        "invariant_1_success_needs_a_quorum_in_one_attempt",
-        mixed(Kind::Any),
-        |schedule| checks::quorum_of_grants(&run(&schedule)),
-    );
+property! {
+    /// 1. Success needs OK from at least N/2+1 distinct nodes in the same attempt.
+    fn invariant_1_success_needs_a_quorum_in_one_attempt,
+    mixed(Kind::Any),
+    |schedule| checks::quorum_of_grants(&run(&schedule)),
 }
 
-/// 2. Validity is computed on a monotonic clock from before the first send to after the last
-///    counted reply, with the drift subtracted, and must be > 0; all arithmetic is checked
-///    (TTLs up to the 30-day maximum run without overflow).
-#[test]
-fn invariant_2_validity_counts_from_before_the_first_send_less_drift() {
-    check(
-        "invariant_2_validity_counts_from_before_the_first_send_less_drift",
-        mixed(Kind::Any),
-        |schedule| checks::validity_computation(&run(&schedule)),
-    );
+property! {
+    /// 2. Validity is computed on a monotonic clock from before the first send to after the
+    ///    last counted reply, with the drift subtracted, and must be > 0; all arithmetic is
+    ///    checked (TTLs up to the 30-day maximum run without overflow).
+    fn invariant_2_validity_counts_from_before_the_first_send_less_drift,
+    mixed(Kind::Any),
+    |schedule| checks::validity_computation(&run(&schedule)),
 }
 
-/// 3. Time-bounded exclusion: while clock rates stay within the drift factor and no node
-///    loses its keys, no two holders' [acquired, deadline] intervals overlap in real time.
-#[test]
-fn invariant_3_time_bounded_mutual_exclusion() {
-    check(
-        "invariant_3_time_bounded_mutual_exclusion",
-        proptest::prop_oneof![
-            mixed(Kind::Safe),
-            // Holders that outlive their validity while others retry quickly, on clocks
-            // as fast as the drift allows: the tightest hand-overs the model permits.
-            schedules(Profile {
-                contention: true,
-                long_holds: true,
-                edge_rates: true,
-                ..profile(Kind::Safe)
-            }),
-        ],
-        |schedule| {
-            if schedule.breaks_assumptions() {
-                return Err("the safe generator broke the model's assumptions".to_owned());
-            }
-            checks::no_overlap(&run(&schedule))
-        },
-    );
-}
-
-/// 4. Every delete or expiry change is conditional on our token; a key holding another token
-///    is never touched; tokens are 128 random bits, distinct per attempt.
-#[test]
-fn invariant_4_writes_are_conditional_on_our_token() {
-    check(
-        "invariant_4_writes_are_conditional_on_our_token",
-        mixed(Kind::Any),
-        |schedule| checks::token_conditional_writes(&run(&schedule)),
-    );
-}
-
-/// 5. Before any retry, and before returning a failure, a release is sent to every node
-///    that may hold the attempt's keys: all N but those whose refusal the client heard
-///    (also when the acquisition is abandoned mid-round).
-#[test]
-fn invariant_5_failed_attempts_release_every_node() {
-    check(
-        "invariant_5_failed_attempts_release_every_node",
-        mixed(Kind::Any),
-        |schedule| checks::rollback_on_all_nodes(&run(&schedule)),
-    );
-}
-
-/// 6. Extension never creates or overwrites a key, is refused after the local deadline, and
-///    recomputes validity from when the extension started.
-#[test]
-fn invariant_6_extension_never_creates_keys_and_restarts_validity() {
-    check(
-        "invariant_6_extension_never_creates_keys_and_restarts_validity",
+property! {
+    /// 3. Time-bounded exclusion: while clock rates stay within the drift factor and no
+    ///    node loses its keys, no two holders' [acquired, deadline] intervals overlap in
+    ///    real time.
+    fn invariant_3_time_bounded_mutual_exclusion,
+    proptest::prop_oneof![
+        mixed(Kind::Safe),
+        // Holders that outlive their validity while others retry quickly, on clocks
+        // as fast as the drift allows: the tightest hand-overs the model permits.
         schedules(Profile {
-            long_holds: true,
-            ..profile(Kind::Any)
-        }),
-        |schedule| checks::extension_rules(&run(&schedule)),
-    );
-}
-
-/// 7. After its deadline a lease reports itself lost: `is_expired()`, zero `validity()`,
-///    `is_acquired()` is `Ok(false)` without asking the nodes.
-#[test]
-fn invariant_7_expired_lease_reports_itself_lost() {
-    check(
-        "invariant_7_expired_lease_reports_itself_lost",
-        schedules(Profile {
-            long_holds: true,
-            ..profile(Kind::Any)
-        }),
-        |schedule| checks::expired_leases_report_lost(&run(&schedule)),
-    );
-}
-
-/// 8. Retry delays are random within the configured jitter; attempts are bounded
-///    (at most `1 + retry_count`, exactly that many when every attempt fails).
-#[test]
-fn invariant_8_attempts_bounded_and_waits_within_jitter() {
-    check(
-        "invariant_8_attempts_bounded_and_waits_within_jitter",
-        schedules(Profile {
-            jitter: true,
             contention: true,
-            ..profile(Kind::Any)
+            long_holds: true,
+            edge_rates: true,
+            ..profile(Kind::Safe)
         }),
-        |schedule| checks::bounded_jittered_retries(&run(&schedule)).map(drop),
-    );
+    ],
+    |schedule| {
+        if schedule.breaks_assumptions() {
+            return Err("the safe generator broke the model's assumptions".to_owned());
+        }
+        checks::no_overlap(&run(&schedule))
+    },
+}
+
+property! {
+    /// 4. Every delete or expiry change is conditional on our token; a key holding another
+    ///    token is never touched; tokens are 128 random bits, distinct per attempt.
+    fn invariant_4_writes_are_conditional_on_our_token,
+    mixed(Kind::Any),
+    |schedule| checks::token_conditional_writes(&run(&schedule)),
+}
+
+property! {
+    /// 5. Before any retry, and before returning a failure, a release is sent to every node
+    ///    that may hold the attempt's keys: all N but those whose refusal the client heard
+    ///    (also when the acquisition is abandoned mid-round).
+    fn invariant_5_failed_attempts_release_every_node,
+    mixed(Kind::Any),
+    |schedule| checks::rollback_on_all_nodes(&run(&schedule)),
+}
+
+property! {
+    /// 6. Extension never creates or overwrites a key, is refused after the local deadline,
+    ///    and recomputes validity from when the extension started.
+    fn invariant_6_extension_never_creates_keys_and_restarts_validity,
+    schedules(Profile {
+        long_holds: true,
+        ..profile(Kind::Any)
+    }),
+    |schedule| checks::extension_rules(&run(&schedule)),
+}
+
+property! {
+    /// 7. After its deadline a lease reports itself lost: `is_expired()`, zero
+    ///    `validity()`, `is_acquired()` is `Ok(false)` without asking the nodes.
+    fn invariant_7_expired_lease_reports_itself_lost,
+    schedules(Profile {
+        long_holds: true,
+        ..profile(Kind::Any)
+    }),
+    |schedule| checks::expired_leases_report_lost(&run(&schedule)),
+}
+
+property! {
+    /// 8. Retry delays are random within the configured jitter; attempts are bounded (at
+    ///    most `1 + retry_count`, exactly that many when every attempt fails).
+    fn invariant_8_attempts_bounded_and_waits_within_jitter,
+    schedules(Profile {
+        jitter: true,
+        contention: true,
+        ..profile(Kind::Any)
+    }),
+    |schedule| checks::bounded_jittered_retries(&run(&schedule)).map(drop),
 }
 
 /// 8, the "random" half: the waits of many retries spread across `delay ± jitter`.
@@ -224,35 +201,32 @@ fn invariant_8_retry_waits_spread_across_the_jitter() {
     );
 }
 
-/// 9. Fencing tokens strictly increase across successive holders of a resource (checked
-///    with `fencing(true)`), within the model and with nodes that never lose their counters
-///    (restarts keep the data, no flushes), as `quorumlock::fencing` requires.
-#[test]
-fn invariant_9_fencing_tokens_strictly_increase() {
-    check(
-        "invariant_9_fencing_tokens_strictly_increase",
-        proptest::prop_oneof![
-            schedules(Profile {
-                fencing: Some(true),
-                persistent: true,
-                ..profile(Kind::Safe)
-            }),
-            schedules(Profile {
-                fencing: Some(true),
-                persistent: true,
-                contention: true,
-                long_holds: true,
-                edge_rates: true,
-                ..profile(Kind::Safe)
-            }),
-        ],
-        |schedule| {
-            if schedule.breaks_assumptions() || schedule.loses_counters() {
-                return Err("the generator broke the fencing assumptions".to_owned());
-            }
-            checks::fencing_tokens_increase(&run(&schedule))
-        },
-    );
+property! {
+    /// 9. Fencing tokens strictly increase across successive holders of a resource (checked
+    ///    with `fencing(true)`), within the model and with nodes that never lose their
+    ///    counters (restarts keep the data, no flushes), as `quorumlock::fencing` requires.
+    fn invariant_9_fencing_tokens_strictly_increase,
+    proptest::prop_oneof![
+        schedules(Profile {
+            fencing: Some(true),
+            persistent: true,
+            ..profile(Kind::Safe)
+        }),
+        schedules(Profile {
+            fencing: Some(true),
+            persistent: true,
+            contention: true,
+            long_holds: true,
+            edge_rates: true,
+            ..profile(Kind::Safe)
+        }),
+    ],
+    |schedule| {
+        if schedule.breaks_assumptions() || schedule.loses_counters() {
+            return Err("the generator broke the fencing assumptions".to_owned());
+        }
+        checks::fencing_tokens_increase(&run(&schedule))
+    },
 }
 
 // ---------------------------------------------------------------------------------------
@@ -374,23 +348,20 @@ fn checker_flags_a_known_restart_overlap() {
 // The simulation itself
 // ---------------------------------------------------------------------------------------
 
-/// A run replays exactly: the same schedule gives the same trace (tokens aside, which are
-/// random by design and never steer the coordinator).
-#[test]
-fn simulation_is_deterministic() {
-    check(
-        "simulation_is_deterministic",
-        mixed(Kind::Any).prop_filter("replayable only without jitter", |s| s.retry_jitter_ms == 0),
-        |schedule| {
-            let first = fingerprint(&run(&schedule));
-            let second = fingerprint(&run(&schedule));
-            if first == second {
-                Ok(())
-            } else {
-                Err(format!("two runs differ:\n{first}\n---\n{second}"))
-            }
-        },
-    );
+property! {
+    /// A run replays exactly: the same schedule gives the same trace (tokens aside, which are
+    /// random by design and never steer the coordinator).
+    fn simulation_is_deterministic,
+    mixed(Kind::Any).prop_filter("replayable only without jitter", |s| s.retry_jitter_ms == 0),
+    |schedule| {
+        let first = fingerprint(&run(&schedule));
+        let second = fingerprint(&run(&schedule));
+        if first == second {
+            Ok(())
+        } else {
+            Err(format!("two runs differ:\n{first}\n---\n{second}"))
+        }
+    },
 }
 
 /// The simulated node keeps the fault table's behaviours, checked through a real lock.
@@ -536,7 +507,7 @@ fn every_node_receives_each_command() {
 /// nothing, the `SET` lands after it, and the coordinator must undo that `SET` itself.
 #[test]
 fn a_set_overtaken_by_the_release_is_undone() {
-    /// Delays `try_lock` only, so a later unlock reaches the node first.
+    /// Delays lock requests only, so a later unlock reaches the node first.
     #[derive(Debug)]
     struct SlowSet(std::sync::Arc<dyn LockNode>);
 
@@ -544,52 +515,17 @@ fn a_set_overtaken_by_the_release_is_undone() {
         fn name(&self) -> &str {
             self.0.name()
         }
-        fn try_lock<'a>(
+        fn call<'a>(
             &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            token: &'a LockToken,
-            ttl: Duration,
-        ) -> BoxFuture<'a, Result<bool, NodeError>> {
+            request: NodeRequest<'a>,
+        ) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
             async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                self.0.try_lock(keys, token, ttl).await
+                if let NodeRequest::Lock { .. } = request {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                self.0.call(request).await
             }
             .boxed()
-        }
-        fn unlock<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            token: &'a LockToken,
-        ) -> BoxFuture<'a, Result<bool, NodeError>> {
-            self.0.unlock(keys, token)
-        }
-        fn extend<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            token: &'a LockToken,
-            ttl: Duration,
-        ) -> BoxFuture<'a, Result<bool, NodeError>> {
-            self.0.extend(keys, token, ttl)
-        }
-        fn holds<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            token: &'a LockToken,
-        ) -> BoxFuture<'a, Result<bool, NodeError>> {
-            self.0.holds(keys, token)
-        }
-        fn read_counter<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-        ) -> BoxFuture<'a, Result<u64, NodeError>> {
-            self.0.read_counter(keys)
-        }
-        fn raise_counter<'a>(
-            &'a self,
-            keys: &'a [std::sync::Arc<str>],
-            value: u64,
-        ) -> BoxFuture<'a, Result<u64, NodeError>> {
-            self.0.raise_counter(keys, value)
         }
     }
 

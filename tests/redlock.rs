@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    acquire_and_release, all_keys, cluster, config, eventually, no_keys_left, redlock, retrying,
-    slow_nodes_config, NODE_TIMEOUT, TTL,
+    acquire_and_release, all_keys, cluster, config, eventually, held_on_every_node, no_keys_left,
+    redlock, retrying, slow_nodes_config, NODE_TIMEOUT, TTL,
 };
 use quorumlock::node::{LockNode, RedisNode};
 use quorumlock::testkit::{NodeOptions, RedisCluster};
@@ -148,7 +148,7 @@ async fn nobody_can_release_or_refresh_someone_elses_lock() {
         }
     }
     let url = &cluster.urls()[granted.expect("a quorum of nodes hold the token")];
-    let node = RedisNode::connect(url, NODE_TIMEOUT).await.unwrap();
+    let node: Arc<dyn LockNode> = Arc::new(RedisNode::connect(url, NODE_TIMEOUT).await.unwrap());
     let stranger = LockToken::generate();
     assert!(!node.unlock(&[Arc::from("stock")], &stranger).await.unwrap());
     assert!(!node
@@ -247,10 +247,7 @@ async fn refresh_never_revives_a_flushed_lock() {
     let deadline = guard.deadline();
 
     // Keys lost on a majority (an eviction or FLUSHALL on 3 of 5 nodes).
-    eventually("the key on every node", Duration::from_secs(2), || async {
-        all_keys(&cluster).await.len() == 5
-    })
-    .await;
+    held_on_every_node(&cluster, &guard).await;
     for i in 0..3 {
         cluster.node(i).flush().await.unwrap();
     }
@@ -666,12 +663,7 @@ async fn an_uncontended_cycle_on_answering_nodes_spawns_no_task() {
         let guard = lock.try_acquire(&format!("cycle-{i}")).await.unwrap();
         assert_eq!(metrics.num_alive_tasks(), before, "after acquire {i}");
         // ...and yet the lock reaches every node, not only the quorum that answered first.
-        let key = format!("cycle-{i}");
-        eventually("the lock on every node", Duration::from_secs(2), || async {
-            let held = cluster.keys_on_running(&key).await.expect("list keys");
-            held.iter().all(|keys| keys.len() == 1)
-        })
-        .await;
+        held_on_every_node(&cluster, &guard).await;
         guard.release().await.unwrap();
         assert_eq!(metrics.num_alive_tasks(), before, "after release {i}");
     }
@@ -686,9 +678,8 @@ async fn an_uncontended_cycle_on_answering_nodes_spawns_no_task() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_node_request_dropped_once_sent_still_reaches_the_node() {
     let cluster = cluster(1).await;
-    let node = RedisNode::connect(&cluster.urls()[0], Duration::from_secs(1))
-        .await
-        .unwrap();
+    let node = RedisNode::connect(&cluster.urls()[0], Duration::from_secs(1)).await;
+    let node: Arc<dyn LockNode> = Arc::new(node.unwrap());
     let token = LockToken::generate();
     let keys: Vec<Arc<str>> = vec!["sent-then-dropped".into()];
     // Connected first, so that the first poll queues the command at once.

@@ -58,9 +58,8 @@ async fn release_and_refresh_check_the_token() {
     let cluster = cluster(1).await;
     let lock = single(&cluster, config(TTL)).await;
     let guard = lock.try_acquire("stock:42").await.unwrap();
-    let node = RedisNode::connect(&cluster.urls()[0], NODE_TIMEOUT)
-        .await
-        .unwrap();
+    let node = RedisNode::connect(&cluster.urls()[0], NODE_TIMEOUT).await;
+    let node: Arc<dyn LockNode> = Arc::new(node.unwrap());
     let stranger = LockToken::generate();
     assert!(!node
         .unlock(&[Arc::from("stock:42")], &stranger)

@@ -10,6 +10,10 @@ use hdrhistogram::Histogram;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
+use crate::clients::Contender;
+use crate::scenarios::{Load, Results, SCENARIOS};
+use crate::stats;
+
 const FONT_CANDIDATES: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/TTF/DejaVuSans.ttf",
@@ -160,4 +164,48 @@ pub fn latency_plot(
         .map_err(|e| draw(&e))?;
     root.present().map_err(|e| draw(&e))?;
     Ok(())
+}
+
+/// Draws each scenario's latency distributions, one PNG per scenario, into `dir`.
+pub fn draw_plots(dir: &Path, results: &Results) {
+    if !init_font() {
+        eprintln!("plots skipped: no TrueType font found (set QUORUMLOCK_BENCH_FONT)");
+        return;
+    }
+    if let Err(err) = std::fs::create_dir_all(dir) {
+        eprintln!("plots skipped: {}: {err}", dir.display());
+        return;
+    }
+    for scenario in SCENARIOS {
+        let merged: Vec<(Contender, hdrhistogram::Histogram<u64>)> = scenario
+            .contenders
+            .iter()
+            .filter_map(|&c| {
+                results
+                    .get(&(scenario.id, c))
+                    .map(|runs| (c, stats::merged(runs)))
+            })
+            // The no-lock reference records no latency.
+            .filter(|(_, hist)| !hist.is_empty())
+            .collect();
+        if merged.is_empty() {
+            continue;
+        }
+        let series: Vec<Series<'_>> = merged
+            .iter()
+            .map(|(contender, hist)| Series {
+                label: contender.label().to_owned(),
+                hist,
+            })
+            .collect();
+        let y_desc = match scenario.load {
+            Load::Contended { .. } => "wait for the lock (ms)",
+            Load::Cycles { .. } => "acquire + release (ms)",
+        };
+        let path = dir.join(format!("{}.png", scenario.id));
+        match latency_plot(&path, scenario.title, y_desc, &series) {
+            Ok(()) => println!("plot: {}", path.display()),
+            Err(err) => eprintln!("plot {} failed: {err}", path.display()),
+        }
+    }
 }

@@ -194,21 +194,3 @@ redis.call("SET", KEYS[2], ARGV[1])
 redis.call("SET", KEYS[1], ARGV[2])
 return 1
 "#;
-
-/// Raises each fencing counter in KEYS to `ARGV[1]` unless it is already higher; returns the
-/// lowest value they hold afterwards. Never sets an expiry: counters must outlive every lock.
-pub(crate) const RAISE_COUNTER_SCRIPT: &str = r#"
-local wanted = tonumber(ARGV[1])
-local lowest = nil
-for _, key in ipairs(KEYS) do
-    local current = tonumber(redis.call("GET", key) or "0")
-    if current < wanted then
-        redis.call("SET", key, ARGV[1])
-        current = wanted
-    end
-    if lowest == nil or current < lowest then
-        lowest = current
-    end
-end
-return lowest
-"#;

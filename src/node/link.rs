@@ -10,7 +10,7 @@
 //!   first-served line (a fair `tokio::sync::Mutex`), and each is queued on the new
 //!   connection before the next; while anybody waits in that line, newcomers queue behind.
 //! - **A check of who answers.** Each new connection first asks the server what it is (see
-//!   [`identity`](super::identity)), and is taken into use only if the lock may count it.
+//!   [`identity`]), and is taken into use only if the lock may count it.
 //! - **Healing.** A connection that goes silent without closing (a black-holed route, a
 //!   dead NAT entry, a frozen server) is probed once requests have waited on it with no
 //!   reply for the silence limit, given up if the probe gets no reply either, and a new one
@@ -29,6 +29,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::identity::{self, Admission, Once, Refusal, Rejection};
+use super::silence::Silence;
 use crate::metrics::Counters;
 
 /// How many requests may wait for a connection being made; past that they fail at once.
@@ -442,6 +443,14 @@ fn is_broken(err: &RedisError) -> bool {
     err.is_connection_dropped() || err.is_io_error() || err.kind() == ErrorKind::Io
 }
 
+/// Whether `err` means the node could not be reached (rather than that it answered).
+pub(super) fn is_unreachable(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+}
+
 /// The error a request gets when no connection can take it.
 fn not_connected(reason: &str) -> RedisError {
     RedisError::from(std::io::Error::new(
@@ -463,74 +472,5 @@ impl<'a> InLine<'a> {
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Whether the open connection has gone silent: when the oldest request sent since the
-/// last reply was sent, in microseconds since the link began (0: none waiting).
-struct Silence {
-    began: Instant,
-    oldest_unanswered: AtomicU64,
-    probing: AtomicBool,
-}
-
-impl Silence {
-    fn new() -> Self {
-        Silence {
-            began: Instant::now(),
-            oldest_unanswered: AtomicU64::new(0),
-            probing: AtomicBool::new(false),
-        }
-    }
-
-    /// True if no probe is under way, which this call then starts.
-    fn start_probe(&self) -> bool {
-        !self.probing.swap(true, Ordering::Relaxed)
-    }
-
-    fn end_probe(&self) {
-        self.probing.store(false, Ordering::Relaxed);
-    }
-
-    fn stamp(&self, at: Instant) -> u64 {
-        // Never 0, which means "none waiting".
-        u64::try_from(at.saturating_duration_since(self.began).as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1)
-    }
-
-    fn sent(&self, at: Instant) {
-        // Most requests find a stamp there already (others are waiting): no locked
-        // instruction for them.
-        if self.oldest_unanswered.load(Ordering::Relaxed) == 0 {
-            let stamp = self.stamp(at);
-            let _ = self.oldest_unanswered.compare_exchange(
-                0,
-                stamp,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-        }
-    }
-
-    fn answered(&self) {
-        // Any reply shows the connection alive, whatever else is still waiting.
-        if self.oldest_unanswered.load(Ordering::Relaxed) != 0 {
-            self.oldest_unanswered.store(0, Ordering::Relaxed);
-        }
-    }
-
-    fn reset(&self) {
-        self.oldest_unanswered.store(0, Ordering::Relaxed);
-    }
-
-    /// How long a request has waited with no reply at all, if longer than `limit`.
-    fn silent_for(&self, now: Instant, limit: Duration) -> Option<Duration> {
-        let oldest = self.oldest_unanswered.load(Ordering::Relaxed);
-        if oldest == 0 {
-            return None;
-        }
-        let waited = Duration::from_micros(self.stamp(now).saturating_sub(oldest));
-        (waited > limit).then_some(waited)
     }
 }

@@ -1,18 +1,31 @@
-//! The node abstraction: the commands the lock algorithms send to one Redis node.
+//! The node abstraction: the requests the lock algorithms send to one lock node.
 //!
 //! The quorum coordinator only ever talks to a [`LockNode`], so the same code runs on real
 //! Redis ([`RedisNode`]) and on any other implementation, such as an in-memory node for
-//! tests. An implementation must keep the contract of each method: every delete and every
-//! expiry change is conditional on the caller's token, nothing but
-//! [`try_lock`](LockNode::try_lock) ever creates a lock key, and a lock over several keys is
-//! taken or extended on one node for all of them or for none.
+//! tests. A node answers one [`NodeRequest`] at a time with a [`NodeReply`]; both enums
+//! are `#[non_exhaustive]`, so that a new kind of request (and its reply) can be added
+//! without breaking the nodes written before it, which answer it
+//! [`Unsupported`](NodeReply::Unsupported). The typed calls on `dyn LockNode` (`try_lock`,
+//! `unlock`, ...: see the implementations on `dyn LockNode` below the trait's methods)
+//! send a request and read its reply, and give an unsupported optional request its plain
+//! meaning: a queued or watching lock attempt is a plain one, leaving a queue does
+//! nothing, and a watch is not started.
+//!
+//! An implementation must keep the contract of each request: every delete and every
+//! expiry change is conditional on the caller's token, nothing but a lock request ever
+//! creates a lock key, and a lock over several keys is taken or extended on one node for
+//! all of them or for none.
 
+mod address;
 mod identity;
 mod link;
 mod redis;
 mod releases;
+mod request;
 mod scripts;
+mod silence;
 mod unawaited;
+mod watch;
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,286 +33,302 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::sync::broadcast;
 
 use crate::error::NodeError;
 use crate::token::LockToken;
 
-pub use self::redis::{client_name, RedisNode};
-pub(crate) use self::redis::{clients_for_urls, connect_checked, named_clients};
+pub use self::address::{client_name, redact_url};
+pub(crate) use self::address::{clients_for_urls, named_clients};
+pub(crate) use self::redis::connect_checked;
+pub use self::redis::RedisNode;
+pub use self::request::{NodeReply, NodeRequest, QueuePlace};
+pub use self::watch::{Announcement, ReleaseWatch};
 
-/// One independent lock node, as the lock algorithms see it.
+/// One independent lock node, as the lock algorithms see it: a name, hints, and one call
+/// that answers a [`NodeRequest`].
 ///
-/// Every method answers `Ok(true)` when the node did what was asked, `Ok(false)` when it
-/// answered but refused (the key is absent or holds another token), and `Err` when it did
-/// not answer properly. Implementations need no timeouts of their own: the coordinator
-/// bounds every call by the configured per-node timeout.
+/// A lock request, unlock, extension or holds check answers
+/// [`Done(true)`](NodeReply::Done) when the node did what was asked,
+/// [`Done(false)`](NodeReply::Done) when it answered but refused (the key is absent or
+/// holds another token), and `Err` when it did not answer properly. Implementations need
+/// no timeouts of their own: the coordinator bounds every call by the configured per-node
+/// timeout.
+///
+/// ```
+/// use futures::future::BoxFuture;
+/// use futures::FutureExt;
+/// use quorumlock::node::{LockNode, NodeReply, NodeRequest};
+/// use quorumlock::NodeError;
+///
+/// /// A node that stays out of every lock: it answers, and refuses.
+/// #[derive(Debug)]
+/// struct Abstainer;
+///
+/// impl LockNode for Abstainer {
+///     fn name(&self) -> &str {
+///         "abstainer"
+///     }
+///
+///     fn call<'a>(
+///         &'a self,
+///         request: NodeRequest<'a>,
+///     ) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
+///         let reply = match request {
+///             NodeRequest::Lock { .. } | NodeRequest::Unlock { .. } => NodeReply::Done(false),
+///             NodeRequest::Extend { .. } | NodeRequest::Holds { .. } => NodeReply::Done(false),
+///             NodeRequest::ReadCounter { .. } => NodeReply::Counter(0),
+///             // No queue, no announcements, no fencing: the typed calls know what to do.
+///             _ => NodeReply::Unsupported,
+///         };
+///         async move { Ok(reply) }.boxed()
+///     }
+/// }
+/// ```
 pub trait LockNode: Send + Sync + fmt::Debug {
-    /// A name for logs and errors, such as the node's URL. It must never contain a password.
+    /// A name for logs and errors, such as the node's URL. It must never contain a
+    /// password.
     fn name(&self) -> &str;
 
-    /// Sets every key to `token` with a TTL, only if none of them exists, atomically: all
-    /// keys or none (`SET key token NX PX ttl` for one key). `Ok(true)` means the lock was
-    /// taken.
-    fn try_lock<'a>(
+    /// What the coordinator may assume about how this node handles requests, read before
+    /// each use. The default, [`NodeHints::new`], assumes nothing and is always correct.
+    fn hints(&self) -> NodeHints {
+        NodeHints::new()
+    }
+
+    /// Sends `request` to the node and answers with the node's reply: the reply its
+    /// variant documents, or [`Unsupported`](NodeReply::Unsupported) for a request this
+    /// node does not implement.
+    fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>>;
+}
+
+/// The typed requests: each sends one [`NodeRequest`] and reads the reply it expects. A
+/// reply of another kind is an error, and so is an unsupported core request; an
+/// unsupported optional request falls back to its plain meaning.
+impl<'n> dyn LockNode + 'n {
+    /// [`NodeRequest::Lock`]: whether the lock was taken.
+    pub fn try_lock<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, NodeError>>;
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        self.expect(NodeRequest::Lock { keys, token, ttl }, done)
+    }
 
-    /// Deletes each key that holds `token` (compare-and-delete), leaving keys that hold
-    /// another token alone. `Ok(true)` means every key held `token` and was deleted.
-    fn unlock<'a>(
+    /// [`NodeRequest::Unlock`]: whether every key held `token` and was deleted.
+    pub fn unlock<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         token: &'a LockToken,
-    ) -> BoxFuture<'a, Result<bool, NodeError>>;
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        self.expect(NodeRequest::Unlock { keys, token }, done)
+    }
 
-    /// Sets the TTL of every key, only if all of them hold `token` (compare-and-pexpire):
-    /// all keys or none. Never creates a key. `Ok(true)` means the TTLs were set.
-    fn extend<'a>(
+    /// [`NodeRequest::Extend`]: whether the TTLs were set.
+    pub fn extend<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, NodeError>>;
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        self.expect(NodeRequest::Extend { keys, token, ttl }, done)
+    }
 
-    /// Whether every key currently holds `token`.
-    fn holds<'a>(
+    /// [`NodeRequest::Holds`]: whether every key holds `token`.
+    pub fn holds<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         token: &'a LockToken,
-    ) -> BoxFuture<'a, Result<bool, NodeError>>;
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        self.expect(NodeRequest::Holds { keys, token }, done)
+    }
 
-    /// Reads the fencing counters at `keys` and returns the highest (0 for a counter that
-    /// does not exist).
-    fn read_counter<'a>(&'a self, keys: &'a [Arc<str>]) -> BoxFuture<'a, Result<u64, NodeError>>;
+    /// [`NodeRequest::ReadCounter`]: the highest of the counters.
+    pub fn read_counter<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<u64, NodeError>> {
+        self.expect(NodeRequest::ReadCounter { keys }, counter)
+    }
 
-    /// Raises each fencing counter at `keys` to `value` unless it is already higher, and
-    /// returns the lowest value they hold afterwards. Never lowers a counter, never sets an
-    /// expiry.
-    fn raise_counter<'a>(
+    /// [`NodeRequest::RaiseCounter`]: the lowest of the counters after the raise.
+    pub fn raise_counter<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         value: u64,
-    ) -> BoxFuture<'a, Result<u64, NodeError>>;
-
-    /// Starts watching releases of `key` on this node, so that a waiter can retry as soon as
-    /// the lock is free instead of sleeping out its retry delay. `None` (the default) means
-    /// the node cannot announce releases; waiters then rely on the delay alone.
-    fn watch_releases<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
-        let _ = key;
-        async { None }.boxed()
+    ) -> BoxFuture<'a, Result<u64, NodeError>> {
+        self.expect(NodeRequest::RaiseCounter { keys, value }, counter)
     }
 
-    /// Starts watching the announcements of keys reserved for the queued waiters of
-    /// `client` ([`QueuePlace::waiter`] begins with `client` and a colon), so that a
-    /// release wakes the one waiter it was handed to, and no other. `None` (the default)
-    /// means the node cannot announce reservations; queued waiters then claim them on their
-    /// retry delay.
-    fn watch_reservations<'a>(&'a self, client: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
-        let _ = client;
-        async { None }.boxed()
-    }
-
-    /// Whether a request to this node goes out when its future is first polled, and then
-    /// takes effect on the node whether or not anybody awaits its answer: true for a
-    /// connected Redis node, whose request is one command queued on the open connection.
-    ///
-    /// The coordinator then leaves the requests whose answers it no longer needs (the
-    /// last nodes of a decided lock or unlock round) unawaited, instead of driving them to
-    /// the end in a background task. The default, `false`, is always correct.
-    fn sends_when_polled(&self) -> bool {
-        false
-    }
-
-    /// Like [`try_lock`](Self::try_lock), for a waiter that races for `keys` and watches
-    /// releases of `keys[0]` (see [`watch_releases`](Self::watch_releases)): when the node
-    /// refuses, it is asked to announce the key's releases for the next `interest`.
-    ///
-    /// A node that announces releases may skip the announcement when nobody asked for it
-    /// lately, so that an uncontended release costs no `PUBLISH`; a waiter renews its
-    /// interest with each attempt. The default is `try_lock`: a node whose announcements
-    /// cost nothing need not be asked.
-    fn try_lock_watching<'a>(
+    /// [`NodeRequest::LockWatching`], or a plain [`NodeRequest::Lock`] on a node
+    /// that does not support it.
+    pub fn try_lock_watching<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
         interest: Duration,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
-        let _ = interest;
-        self.try_lock(keys, token, ttl)
+        let request = NodeRequest::LockWatching {
+            keys,
+            token,
+            ttl,
+            interest,
+        };
+        self.or_plain_lock(request, (keys, token, ttl))
     }
 
-    /// Like [`try_lock`](Self::try_lock), for a waiter that keeps a `place` in the node's
-    /// queue of one of `keys`, the one it is blocked on (held, or reserved for another
-    /// waiter): the keys may also be taken when the node reserved them for this waiter, and
-    /// when the node refuses, the waiter is queued (or its place refreshed or moved), and a
-    /// key reserved for it that it cannot use yet goes to the next in that key's line.
-    ///
-    /// A node with a queue reserves a released key for the first live waiter in line, so
-    /// that waiters get the lock in the order they came (see [`QueuePlace`]). The default
-    /// has no queue: it is `try_lock`, and waiters race as with other Redlock clients.
-    fn try_lock_queued<'a>(
+    /// [`NodeRequest::LockQueued`], or a plain [`NodeRequest::Lock`] on a node
+    /// without a queue.
+    pub fn try_lock_queued<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
         place: &'a QueuePlace,
     ) -> BoxFuture<'a, Result<bool, NodeError>> {
-        let _ = place;
-        self.try_lock(keys, token, ttl)
+        let request = NodeRequest::LockQueued {
+            keys,
+            token,
+            ttl,
+            place,
+        };
+        self.or_plain_lock(request, (keys, token, ttl))
     }
 
-    /// Removes `waiter` from the queue of each of `keys`, and hands each reservation it had
-    /// to the next waiter in that key's line: for a waiter that gave up or won the lock
-    /// elsewhere. The default (no queue) does nothing.
-    fn leave_queue<'a>(
+    /// [`NodeRequest::LeaveQueue`]; nothing to do on a node without a queue.
+    pub fn leave_queue<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         waiter: &'a LockToken,
     ) -> BoxFuture<'a, Result<(), NodeError>> {
-        let _ = (keys, waiter);
-        async { Ok(()) }.boxed()
+        let request = NodeRequest::LeaveQueue { keys, waiter };
+        self.call(request)
+            .map(move |reply| match reply? {
+                NodeReply::Done(_) | NodeReply::Unsupported => Ok(()),
+                other => Err(unexpected(request.what(), &other)),
+            })
+            .boxed()
     }
-}
 
-/// A blocking acquisition's place in the nodes' queues of a contended lock.
-///
-/// With [`LockConfig::fair`](crate::LockConfig::fair) on (the default), a blocking acquire
-/// that finds the lock held joins a queue on every node, ordered by `ticket` (the same on
-/// every node, so the nodes agree on who is first). A release hands the key to the first
-/// live waiter in line by *reserving* it for that waiter: a reserved key is not free, so
-/// neither a newcomer nor the holder that just released can take it; only the waiter it
-/// is reserved for can, by [`LockNode::try_lock_queued`]. The release announcement names
-/// that waiter, so it alone wakes and attempts.
-///
-/// Places are soft state, never needed for safety (a reserved key is only ever taken
-/// with `NX` semantics, under the quorum rule): a place lapses `lifetime` after the
-/// waiter last refreshed it, and a reservation lapses when the place would have, so a
-/// waiter that died holds the line up for at most `lifetime`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueuePlace {
-    /// Identifies the waiter in the queue: `<client>:<random>`, where `client` names the
-    /// lock client whose [`watch_reservations`](LockNode::watch_reservations) hears of it,
-    /// and the random part is drawn once per blocking acquisition.
-    pub waiter: LockToken,
-    /// The waiter's position: lower goes first. The wall-clock time, in microseconds, at
-    /// which the acquisition began, so waiters of different processes queue first come
-    /// first served (as far as their clocks agree; ties go by `waiter`).
-    pub ticket: u64,
-    /// How long the place lasts without being refreshed; every queued attempt refreshes it.
-    pub lifetime: Duration,
-}
+    /// [`NodeRequest::WatchReleases`]; `None` when the node cannot announce releases (or
+    /// failed to start the watch), and waiters rely on their retry delay.
+    pub fn watch_releases<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        self.watch(NodeRequest::WatchReleases { key })
+    }
 
-/// A release that a node announced; see [`ReleaseWatch`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Announcement {
-    /// The waiter the released key is now reserved for ([`QueuePlace::waiter`]), or `None`
-    /// when it is free for anybody.
-    pub next_waiter: Option<Arc<str>>,
-}
+    /// [`NodeRequest::WatchReservations`]; `None` when the node cannot announce
+    /// reservations (or failed to start the watch), and queued waiters claim them on their
+    /// retry delay.
+    pub fn watch_reservations<'a>(
+        &'a self,
+        client: &'a str,
+    ) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        self.watch(NodeRequest::WatchReservations { client })
+    }
 
-/// Announcements of releases on one node; see [`LockNode::watch_releases`] and
-/// [`LockNode::watch_reservations`].
-///
-/// It wraps a [`broadcast`] receiver of the node's [`Announcement`]s, and a registration
-/// that the node keeps while any watch sharing it is alive (dropped with the last of them,
-/// for example to unsubscribe). Cloning a watch shares the registration and sees only the
-/// announcements made after the clone.
-pub struct ReleaseWatch {
-    announcements: broadcast::Receiver<Announcement>,
-    registration: Arc<dyn std::any::Any + Send + Sync>,
-}
+    /// Whether the node's requests go out when first polled ([`NodeHints`]).
+    pub(crate) fn sends_when_polled(&self) -> bool {
+        self.hints().sends_when_polled
+    }
 
-impl ReleaseWatch {
-    /// A watch over `announcements`, keeping `registration` alive as long as the watch.
-    pub fn new(
-        announcements: broadcast::Receiver<Announcement>,
-        registration: Box<dyn std::any::Any + Send + Sync>,
-    ) -> Self {
-        ReleaseWatch {
-            announcements,
-            registration: Arc::from(registration),
+    /// Sends `request` and reads its reply with `read`.
+    fn expect<'a, T: 'a>(
+        &'a self,
+        request: NodeRequest<'a>,
+        read: fn(NodeReply) -> Result<T, NodeReply>,
+    ) -> BoxFuture<'a, Result<T, NodeError>> {
+        let what = request.what();
+        self.call(request)
+            .map(move |reply| read(reply?).map_err(|other| unexpected(what, &other)))
+            .boxed()
+    }
+
+    /// Sends the lock attempt `request` for `keys`; when unsupported, a plain
+    /// [`NodeRequest::Lock`] instead.
+    fn or_plain_lock<'a>(
+        &'a self,
+        request: NodeRequest<'a>,
+        (keys, token, ttl): (&'a [Arc<str>], &'a LockToken, Duration),
+    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+        async move {
+            match self.call(request).await? {
+                NodeReply::Unsupported => self.try_lock(keys, token, ttl).await,
+                reply => done(reply).map_err(|other| unexpected(request.what(), &other)),
+            }
         }
+        .boxed()
     }
 
-    /// Forgets the releases announced so far.
-    pub(crate) fn mark_seen(&mut self) {
-        self.announcements = self.announcements.resubscribe();
-    }
-
-    /// The next announcement not yet seen; never resolves once the node stops announcing.
-    /// When announcements were missed (more arrived than the channel keeps), it answers
-    /// "free for anybody", which makes the waiter try at once rather than sleep.
-    pub(crate) async fn next_release(&mut self) -> Announcement {
-        match self.announcements.recv().await {
-            Ok(announcement) => announcement,
-            Err(broadcast::error::RecvError::Lagged(_)) => Announcement::default(),
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-        }
+    /// Starts the watch `request`; `None` when the node does not give one.
+    fn watch<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Option<ReleaseWatch>> {
+        self.call(request)
+            .map(|reply| match reply {
+                Ok(NodeReply::Watch(watch)) => Some(watch),
+                _ => None,
+            })
+            .boxed()
     }
 }
 
-impl Clone for ReleaseWatch {
-    fn clone(&self) -> Self {
-        ReleaseWatch {
-            announcements: self.announcements.resubscribe(),
-            registration: Arc::clone(&self.registration),
-        }
-    }
-}
-
-impl fmt::Debug for ReleaseWatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReleaseWatch").finish_non_exhaustive()
-    }
-}
-
-/// A URL with any user name, password and query removed, fit for logs and errors.
+/// Hints about how a node handles requests, which let the coordinator save work. Nothing
+/// depends on them for correctness: [`NodeHints::new`] claims nothing, and is always right.
 ///
 /// ```
-/// # use quorumlock::node::redact_url;
-/// assert_eq!(redact_url("redis://:s3cret@10.0.0.1:6379/2"), "redis://10.0.0.1:6379/2");
-/// assert_eq!(redact_url("rediss://user:pw@host:6380?password=x"), "rediss://host:6380");
-/// assert_eq!(redact_url("redis://127.0.0.1:7001"), "redis://127.0.0.1:7001");
+/// # use quorumlock::node::NodeHints;
+/// let hints = NodeHints::new().sends_when_polled(true);
+/// assert!(hints.sends_when_polled);
 /// ```
-pub fn redact_url(url: &str) -> String {
-    let without_query = url.split(['?', '#']).next().unwrap_or_default();
-    let Some((scheme, rest)) = without_query.split_once("://") else {
-        // Not a URL we understand: show only what cannot be a credential.
-        return "<unparseable node address>".to_string();
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(slash) => rest.split_at(slash),
-        None => (rest, ""),
-    };
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    format!("{scheme}://{host}{path}")
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeHints {
+    /// Whether a request to this node goes out when its future is first polled, and then
+    /// takes effect on the node whether or not anybody awaits its answer: true for a
+    /// connected Redis node, whose request is one command queued on the open connection.
+    ///
+    /// The coordinator then leaves the requests whose answers it no longer needs (the
+    /// last nodes of a decided lock or unlock round) unawaited, instead of driving them to
+    /// the end in a background task.
+    pub sends_when_polled: bool,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn redaction_removes_every_credential() {
-        for (url, expected) in [
-            ("redis://127.0.0.1:7001", "redis://127.0.0.1:7001"),
-            ("redis://:pw@127.0.0.1:7001", "redis://127.0.0.1:7001"),
-            ("redis://user:p@ss@host:1/0", "redis://host:1/0"),
-            ("redis://host:1/0?password=pw", "redis://host:1/0"),
-            (
-                "redis+unix:///tmp/redis.sock",
-                "redis+unix:///tmp/redis.sock",
-            ),
-            ("no-scheme:pw@host", "<unparseable node address>"),
-        ] {
-            assert_eq!(redact_url(url), expected, "{url}");
+impl NodeHints {
+    /// Hints that claim nothing.
+    pub const fn new() -> Self {
+        NodeHints {
+            sends_when_polled: false,
         }
+    }
+
+    /// These hints, with [`sends_when_polled`](Self::sends_when_polled) set to `sends`.
+    pub const fn sends_when_polled(mut self, sends: bool) -> Self {
+        self.sends_when_polled = sends;
+        self
+    }
+}
+
+/// The answer of a [`Done`](NodeReply::Done) reply.
+fn done(reply: NodeReply) -> Result<bool, NodeReply> {
+    match reply {
+        NodeReply::Done(done) => Ok(done),
+        other => Err(other),
+    }
+}
+
+/// The value of a [`Counter`](NodeReply::Counter) reply.
+fn counter(reply: NodeReply) -> Result<u64, NodeReply> {
+    match reply {
+        NodeReply::Counter(value) => Ok(value),
+        other => Err(other),
+    }
+}
+
+/// The error for a `reply` that does not answer the request `what`.
+fn unexpected(what: &str, reply: &NodeReply) -> NodeError {
+    match reply {
+        NodeReply::Unsupported => {
+            NodeError::Redis(format!("the node does not support the {what} request"))
+        }
+        other => NodeError::Redis(format!("unexpected reply to {what}: {other:?}")),
     }
 }

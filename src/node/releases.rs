@@ -18,7 +18,7 @@ use futures::{FutureExt, StreamExt};
 use redis::aio::PubSubSink;
 use tokio::sync::{broadcast, watch};
 
-use super::{Announcement, ReleaseWatch};
+use super::watch::{Announcement, ReleaseWatch};
 
 /// The channel on which releases of a key are announced is this prefix and the key.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorumlock:released:";

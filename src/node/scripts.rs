@@ -1,6 +1,12 @@
-//! The Lua scripts a [`RedisNode`](super::RedisNode) runs: the server-side half of the lock
-//! protocol. Each one is atomic on its node, which is what makes "all keys or none",
-//! "only the holder of the token" and "only the waiter it is reserved for" hold there.
+//! The Lua scripts a [`RedisNode`](super::RedisNode) runs, and how it calls them: every
+//! script a node runs is here. They are the server-side half of the lock protocol. Each
+//! one is atomic on its node, which is what makes "all keys or none", "only the holder of
+//! the token" and "only the waiter it is reserved for" hold there.
+//!
+//! A call ([`ScriptCall`]) is one command, `EVALSHA` once the node is known to have the
+//! script and `EVAL` until then ([`NodeScript`]); a node that lost its scripts (a restart,
+//! a `SCRIPT FLUSH`) answers `NOSCRIPT`, and the script is loaded and called again
+//! ([`NodeScript::invoke`]).
 //!
 //! # Keys on a node
 //!
@@ -10,12 +16,21 @@
 //! | `quorumlock:waiters:<key>` | sorted set | the queue of `<key>`: waiter ids scored by ticket; a waiter for several keys is in the queue of the one it is blocked on |
 //! | `quorumlock:waiter-deadlines:<key>` | hash | when each waiter's place lapses, in the node's milliseconds |
 //! | `quorumlock:watched:<key>` | string | present while some waiter that races for `<key>` (not queued) wants its releases announced |
+//! | `quorumlock:fence:<key>` | string | the [fencing](crate::fencing) counter of `<key>`; never expires |
 //!
 //! Both queue keys expire with their longest-lived place, and the watch marker with its
 //! last waiter's interest, so an idle lock leaves nothing behind. A release is announced
 //! only when one of them exists: an uncontended release runs no `PUBLISH`, which costs as
-//! much on the node as the compare-and-delete itself. The scripts read the node's clock (`TIME`), which needs Redis 5 or later
-//! (scripts replicated by their effects).
+//! much on the node as the compare-and-delete itself. The scripts read the node's clock
+//! (`TIME`), which needs Redis 5 or later (scripts replicated by their effects).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use redis::{Cmd, ErrorKind, RedisResult, RedisWrite, Script, ServerErrorKind, Value};
+
+use super::link::is_unreachable;
 
 /// The queue of the lock key `key` is this prefix and the key: the waiters in order.
 pub(super) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
@@ -26,6 +41,213 @@ pub(super) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
 /// The marker that asks for the releases of `key` to be announced on its channel is this
 /// prefix and the key.
 pub(super) const WATCHED_PREFIX: &str = "quorumlock:watched:";
+
+/// The node's scripts, each with whether the node is known to have it cached.
+pub(super) struct NodeScripts {
+    pub(super) lock: Arc<NodeScript>,
+    pub(super) lock_watching: Arc<NodeScript>,
+    pub(super) lock_queued: Arc<NodeScript>,
+    pub(super) lock_queued_many: Arc<NodeScript>,
+    pub(super) unlock: Arc<NodeScript>,
+    pub(super) leave_queue: Arc<NodeScript>,
+    pub(super) extend: Arc<NodeScript>,
+    pub(super) raise_counter: Arc<NodeScript>,
+}
+
+impl NodeScripts {
+    /// Every script, none known to be cached yet.
+    pub(super) fn new() -> Self {
+        let script = |code| Arc::new(NodeScript::new(code));
+        NodeScripts {
+            lock: script(LOCK),
+            lock_watching: script(LOCK_WATCHING),
+            lock_queued: script(LOCK_QUEUED),
+            lock_queued_many: script(LOCK_QUEUED_MANY),
+            unlock: script(UNLOCK),
+            leave_queue: script(LEAVE_QUEUE),
+            extend: script(EXTEND),
+            raise_counter: script(RAISE_COUNTER),
+        }
+    }
+}
+
+/// A script, sent by its hash (`EVALSHA`) once the node ran it, and whole (`EVAL`, which
+/// caches it on the node) until then.
+///
+/// Either way a call is one command: a request that nobody awaits any more (a lock request
+/// still in flight when a quorum already granted the lock) runs to its end once sent,
+/// instead of stopping at a `NOSCRIPT` answer that nobody is there to act on.
+pub(super) struct NodeScript {
+    script: Script,
+    code: &'static str,
+    /// Whether the node answered a call of this script (and so has it cached).
+    cached: AtomicBool,
+    /// `SCRIPT LOAD` of the script, for a node that lost it.
+    load: Cmd,
+}
+
+impl NodeScript {
+    /// The script of `code`, not known to be cached on the node yet.
+    pub(super) fn new(code: &'static str) -> Self {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(code);
+        NodeScript {
+            script: Script::new(code),
+            code,
+            cached: AtomicBool::new(false),
+            load,
+        }
+    }
+
+    /// Runs `command`, a call of this script, through `send`, and returns the node's
+    /// reply. When the node answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`), the
+    /// script is loaded and the call sent again, once. With [`Resend::AlsoAfterReconnect`]
+    /// the call is also sent once more when the connection broke: the first command after
+    /// a reset fails while the connection is re-made.
+    pub(super) async fn invoke<'c, S, F>(
+        &'c self,
+        command: &'c Cmd,
+        resend: Resend,
+        mut send: S,
+    ) -> RedisResult<Value>
+    where
+        S: FnMut(&'c Cmd) -> F,
+        F: Future<Output = RedisResult<Value>>,
+    {
+        let mut reloaded = false;
+        let mut reconnected = resend == Resend::AfterReload;
+        loop {
+            match send(command).await {
+                Err(err)
+                    if !reloaded && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    reloaded = true;
+                    self.cached.store(false, Ordering::Relaxed);
+                    send(&self.load).await?;
+                }
+                Err(err) if !reconnected && is_unreachable(&err) => reconnected = true,
+                Ok(reply) => {
+                    self.cached.store(true, Ordering::Relaxed);
+                    return Ok(reply);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+}
+
+/// When a script call that failed is sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Resend {
+    /// Once, after loading the script the node lost: for the lock scripts, since a lock
+    /// call dropped midway took nothing and need not go on.
+    AfterReload,
+    /// That, and once after a broken connection: for a script that is safe to repeat
+    /// (compare-and-delete, compare-and-pexpire, leaving a queue, raising a counter).
+    AlsoAfterReconnect,
+}
+
+/// One call of a node script: the script, the lock keys, the extra keys the script takes
+/// for them, and the arguments.
+pub(super) struct ScriptCall<'a> {
+    script: &'a Arc<NodeScript>,
+    keys: &'a [Arc<str>],
+    /// The lock keys whose queue keys (waiters and deadlines of each) follow `keys`.
+    queues_of: &'a [Arc<str>],
+    /// The lock keys whose watch markers follow the queue keys.
+    markers_of: &'a [Arc<str>],
+    args: &'a [&'a str],
+}
+
+impl<'a> ScriptCall<'a> {
+    /// A call of `script` on `keys` with `args`, and no queue keys or markers.
+    pub(super) fn new(
+        script: &'a Arc<NodeScript>,
+        keys: &'a [Arc<str>],
+        args: &'a [&'a str],
+    ) -> Self {
+        ScriptCall {
+            script,
+            keys,
+            queues_of: &[],
+            markers_of: &[],
+            args,
+        }
+    }
+
+    /// The script called.
+    pub(super) fn script(&self) -> &'a Arc<NodeScript> {
+        self.script
+    }
+
+    /// The call, with the queue keys of `keys` after the lock keys.
+    pub(super) fn with_queues_of(mut self, keys: &'a [Arc<str>]) -> Self {
+        self.queues_of = keys;
+        self
+    }
+
+    /// The call, with the watch markers of `keys` after the queue keys.
+    pub(super) fn with_markers_of(mut self, keys: &'a [Arc<str>]) -> Self {
+        self.markers_of = keys;
+        self
+    }
+
+    /// The call as one pre-sized command: `EVALSHA` and the hash (or, until the node is
+    /// known to have the script, `EVAL` and its code), the key count, the lock keys, the
+    /// queue keys, the watch markers, then the arguments. It saves the script invocation's
+    /// intermediate vectors and strings on every call.
+    pub(super) fn command(&self) -> Cmd {
+        let ScriptCall {
+            script,
+            keys,
+            queues_of,
+            markers_of,
+            args,
+        } = *self;
+        let key_count = keys.len() + 2 * queues_of.len() + markers_of.len();
+        let key_bytes = |keys: &[Arc<str>]| keys.iter().map(|key| key.len()).sum::<usize>();
+        let cached = script.cached.load(Ordering::Relaxed);
+        let bytes = 64
+            + if cached { 0 } else { script.code.len() }
+            + key_bytes(keys)
+            + 2 * key_bytes(queues_of)
+            + queues_of.len() * (QUEUE_PREFIX.len() + DEADLINES_PREFIX.len())
+            + key_bytes(markers_of)
+            + markers_of.len() * WATCHED_PREFIX.len()
+            + args.iter().map(|arg| arg.len()).sum::<usize>();
+        let mut call = Cmd::with_capacity(3 + key_count + args.len(), bytes);
+        if cached {
+            call.arg("EVALSHA").arg(script.script.get_hash());
+        } else {
+            call.arg("EVAL").arg(script.code);
+        }
+        call.arg(key_count);
+        for key in keys {
+            call.arg(&**key);
+        }
+        for key in queues_of {
+            write_prefixed_arg(&mut call, QUEUE_PREFIX, key);
+            write_prefixed_arg(&mut call, DEADLINES_PREFIX, key);
+        }
+        for key in markers_of {
+            write_prefixed_arg(&mut call, WATCHED_PREFIX, key);
+        }
+        for arg in args {
+            call.arg(*arg);
+        }
+        call
+    }
+}
+
+/// Appends the argument `prefix` + `key` to `call`, byte by byte: the formatting machinery
+/// of `write_arg_fmt` cost about as much as the rest of the command.
+fn write_prefixed_arg(call: &mut Cmd, prefix: &str, key: &str) {
+    use std::io::Write;
+    let mut arg = call.writer_for_next_arg();
+    // Writing to the command's own buffer cannot fail.
+    let _ = arg.write_all(prefix.as_bytes());
+    let _ = arg.write_all(key.as_bytes());
+}
 
 /// Lua shared by the queue scripts: the reservation prefix and the node's clock.
 macro_rules! queue_lua {
@@ -221,9 +443,9 @@ return 1
 );
 
 /// Deletes each key that still holds our token, and hands each to the next waiter in its
-/// own queue, if any. A release is announced (none when ARGV[2] is empty) only when
+/// own queue, if any. A release is announced (none when `ARGV[2]` is empty) only when
 /// somebody waits: a hand-off on the waiter's client channel, else on the channel
-/// ARGV[2] .. key while the key's watch marker exists. The common, uncontended release
+/// `ARGV[2] .. key` while the key's watch marker exists. The common, uncontended release
 /// costs three commands: `GET`, `DEL`, and one `EXISTS` of the queue and the marker.
 /// Returns 1 only if every key was ours.
 ///
@@ -293,25 +515,24 @@ end
 return 1
 "#;
 
+/// Raises each fencing counter in `KEYS` to `ARGV[1]` unless it is already higher; returns
+/// the lowest value they hold afterwards. Never sets an expiry: counters must outlive every
+/// lock.
+pub(super) const RAISE_COUNTER: &str = r#"
+local wanted = tonumber(ARGV[1])
+local lowest = nil
+for _, key in ipairs(KEYS) do
+    local current = tonumber(redis.call("GET", key) or "0")
+    if current < wanted then
+        redis.call("SET", key, ARGV[1])
+        current = wanted
+    end
+    if lowest == nil or current < lowest then
+        lowest = current
+    end
+end
+return lowest
+"#;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::node::releases::WAITER_CHANNEL_PREFIX;
-
-    #[test]
-    fn the_scripts_use_the_channels_the_listener_subscribes_to() {
-        // The scripts that free a key announce it: queueing for several keys frees the
-        // keys reserved for the waiter that it cannot use yet.
-        for script in [UNLOCK, LEAVE_QUEUE, LOCK_QUEUED_MANY] {
-            assert!(script.contains(&format!("\"{WAITER_CHANNEL_PREFIX}\" .. client")));
-        }
-    }
-
-    #[test]
-    fn the_key_table_names_the_queue_prefixes() {
-        let module_docs = include_str!("scripts.rs");
-        assert!(module_docs.contains(&format!("`{QUEUE_PREFIX}<key>`")));
-        assert!(module_docs.contains(&format!("`{DEADLINES_PREFIX}<key>`")));
-        assert!(module_docs.contains(&format!("`{WATCHED_PREFIX}<key>`")));
-    }
-}
+mod tests;

@@ -121,7 +121,7 @@ impl Coordinator {
     }
 
     /// Whether every request still in flight in `round` has gone out to its node for sure
-    /// (see [`LockNode::sends_when_polled`](crate::node::LockNode::sends_when_polled)), once polled.
+    /// (see [`NodeHints::sends_when_polled`](crate::node::NodeHints::sends_when_polled)), once polled.
     fn all_send_when_polled(&self, round: &InFlight) -> bool {
         round
             .pending()

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use super::node::{OpRecord, SimNode};
+use super::log::OpRecord;
+use super::node::SimNode;
 use crate::config::LockConfig;
 use crate::error::LockError;
 use crate::node::LockNode;

@@ -103,7 +103,11 @@
 
 mod clock;
 mod cluster;
+mod delivery;
+mod log;
 mod node;
+mod store;
 
 pub use self::cluster::SimCluster;
-pub use self::node::{Applied, Op, OpRecord, Outcome, Reply, SimNode, Stored};
+pub use self::log::{Applied, Op, OpRecord, Outcome, Reply, Stored};
+pub use self::node::SimNode;

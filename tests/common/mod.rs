@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::future::Future;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{RedisCluster, RedisProcess};
@@ -130,6 +131,29 @@ where
         assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Waits (up to 2 s) until every key of `guard` holds its token on every node of
+/// `cluster`: the requests the quorum did not wait for have landed too.
+pub async fn held_on_every_node(cluster: &RedisCluster, guard: &quorumlock::LockGuard) {
+    held_on(cluster, 0..cluster.len(), guard).await;
+}
+
+/// Waits (up to 2 s) until every key of `guard` holds its token on the nodes at `nodes`.
+pub async fn held_on(cluster: &RedisCluster, nodes: Range<usize>, guard: &quorumlock::LockGuard) {
+    let what = format!("{} held on nodes {nodes:?}", guard.resource());
+    let token = guard.token().as_str();
+    eventually(&what, Duration::from_secs(2), || async {
+        for i in nodes.clone() {
+            for key in guard.keys() {
+                if cluster.node(i).get(key).await.unwrap().as_deref() != Some(token) {
+                    return false;
+                }
+            }
+        }
+        true
+    })
+    .await;
 }
 
 /// Waits until no running node has any key (background deletes are done).

@@ -77,6 +77,20 @@ where
     }
 }
 
+/// A property test: `fn name, strategy, property` becomes the test `name`, which
+/// [`check`]s `property` on values of `strategy` under its own name, so that the name is
+/// written once for the test, its regressions file and its replay command.
+macro_rules! property {
+    ($(#[$doc:meta])* fn $name:ident, $strategy:expr, $property:expr $(,)?) => {
+        $(#[$doc])*
+        #[test]
+        fn $name() {
+            $crate::harness::check(stringify!($name), $strategy, $property);
+        }
+    };
+}
+pub(crate) use property;
+
 /// Searches `strategy` with a fixed seed for a value on which `property` fails, up to
 /// `cases` values, and returns the shrunk minimal one with the reason; `None` if none
 /// failed. Used to show that the checker can fail.

@@ -133,7 +133,7 @@ async fn unlock(
     token: &LockToken,
     budget: Duration,
 ) -> NodeOutcome {
-    let node = RedisNode::from_client(client, budget);
+    let node: Arc<dyn LockNode> = Arc::new(RedisNode::from_client(client, budget));
     let keys: [Arc<str>; 1] = [Arc::from(key)];
     match tokio::time::timeout(budget, node.unlock(&keys, token)).await {
         Err(_) => NodeOutcome::Failed(format!("timed out after {}", format_duration(budget))),

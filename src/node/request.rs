@@ -1,0 +1,195 @@
+//! What the lock algorithms ask of a node ([`NodeRequest`]) and what it answers
+//! ([`NodeReply`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::watch::ReleaseWatch;
+use crate::token::LockToken;
+
+/// One request to a lock node; see [`LockNode::call`](super::LockNode::call).
+///
+/// The first six are the lock's core, which every node implements. The others serve the
+/// hand-off and the fair queue; a node without them answers
+/// [`Unsupported`](NodeReply::Unsupported), and waiters then race for the lock on their
+/// retry delay, as with other Redlock clients.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum NodeRequest<'a> {
+    /// Sets every key to `token` with a TTL, only if none of them exists, atomically: all
+    /// keys or none (`SET key token NX PX ttl` for one key). Answers
+    /// [`Done(true)`](NodeReply::Done) when the lock was taken.
+    Lock {
+        /// The lock keys.
+        keys: &'a [Arc<str>],
+        /// The token to set them to.
+        token: &'a LockToken,
+        /// How long they live.
+        ttl: Duration,
+    },
+    /// Deletes each key that holds `token` (compare-and-delete), leaving keys that hold
+    /// another token alone. Answers [`Done(true)`](NodeReply::Done) when every key held
+    /// `token` and was deleted.
+    Unlock {
+        /// The lock keys.
+        keys: &'a [Arc<str>],
+        /// The token they must hold.
+        token: &'a LockToken,
+    },
+    /// Sets the TTL of every key, only if all of them hold `token` (compare-and-pexpire):
+    /// all keys or none. Never creates a key. Answers [`Done(true)`](NodeReply::Done) when
+    /// the TTLs were set.
+    Extend {
+        /// The lock keys.
+        keys: &'a [Arc<str>],
+        /// The token they must hold.
+        token: &'a LockToken,
+        /// Their new TTL.
+        ttl: Duration,
+    },
+    /// Whether every key currently holds `token`: [`Done`](NodeReply::Done).
+    Holds {
+        /// The lock keys.
+        keys: &'a [Arc<str>],
+        /// The token they must hold.
+        token: &'a LockToken,
+    },
+    /// Reads the fencing counters at `keys`, and answers the highest
+    /// ([`Counter`](NodeReply::Counter); 0 for a counter that does not exist).
+    ReadCounter {
+        /// The counter keys.
+        keys: &'a [Arc<str>],
+    },
+    /// Raises each fencing counter at `keys` to `value` unless it is already higher, and
+    /// answers the lowest value they hold afterwards ([`Counter`](NodeReply::Counter)).
+    /// Never lowers a counter, never sets an expiry.
+    RaiseCounter {
+        /// The counter keys.
+        keys: &'a [Arc<str>],
+        /// The value to raise them to.
+        value: u64,
+    },
+    /// As [`Lock`](Self::Lock), for a waiter that races for `keys` and watches releases of
+    /// `keys[0]` (see [`WatchReleases`](Self::WatchReleases)): when the node refuses, it is
+    /// asked to announce the key's releases for the next `interest`.
+    ///
+    /// A node that announces releases may skip the announcement when nobody asked for it
+    /// lately, so that an uncontended release costs no `PUBLISH`; a waiter renews its
+    /// interest with each attempt. Unsupported, it is a plain `Lock`: a node whose
+    /// announcements cost nothing need not be asked.
+    LockWatching {
+        /// The lock keys.
+        keys: &'a [Arc<str>],
+        /// The token to set them to.
+        token: &'a LockToken,
+        /// How long they live.
+        ttl: Duration,
+        /// How long the first key's releases are wanted.
+        interest: Duration,
+    },
+    /// As [`Lock`](Self::Lock), for a waiter that keeps a `place` in the node's queue of
+    /// one of `keys`, the one it is blocked on (held, or reserved for another waiter): the
+    /// keys may also be taken when the node reserved them for this waiter, and when the
+    /// node refuses, the waiter is queued (or its place refreshed or moved), and a key
+    /// reserved for it that it cannot use yet goes to the next in that key's line.
+    ///
+    /// A node with a queue reserves a released key for the first live waiter in line, so
+    /// that waiters get the lock in the order they came (see [`QueuePlace`]). Unsupported,
+    /// it is a plain `Lock`: no queue, and waiters race as with other Redlock clients.
+    LockQueued {
+        /// The lock keys.
+        keys: &'a [Arc<str>],
+        /// The token to set them to.
+        token: &'a LockToken,
+        /// How long they live.
+        ttl: Duration,
+        /// The waiter's place in line.
+        place: &'a QueuePlace,
+    },
+    /// Removes `waiter` from the queue of each of `keys`, and hands each reservation it had
+    /// to the next waiter in that key's line: for a waiter that gave up or won the lock
+    /// elsewhere. Answers [`Done`](NodeReply::Done); unsupported (no queue), nothing to do.
+    LeaveQueue {
+        /// The lock keys.
+        keys: &'a [Arc<str>],
+        /// The waiter leaving ([`QueuePlace::waiter`]).
+        waiter: &'a LockToken,
+    },
+    /// Starts watching releases of `key` on this node, so that a waiter can retry as soon
+    /// as the lock is free instead of sleeping out its retry delay: a
+    /// [`Watch`](NodeReply::Watch). Unsupported, waiters rely on the delay alone.
+    WatchReleases {
+        /// The lock key.
+        key: &'a str,
+    },
+    /// Starts watching the announcements of keys reserved for the queued waiters of
+    /// `client` ([`QueuePlace::waiter`] begins with `client` and a colon), so that a
+    /// release wakes the one waiter it was handed to, and no other: a
+    /// [`Watch`](NodeReply::Watch). Unsupported, queued waiters claim their reservations
+    /// on their retry delay.
+    WatchReservations {
+        /// The lock client whose waiters are watched.
+        client: &'a str,
+    },
+}
+
+impl NodeRequest<'_> {
+    /// What the request asks, for error messages.
+    pub(super) fn what(&self) -> &'static str {
+        match self {
+            NodeRequest::Lock { .. } => "lock",
+            NodeRequest::Unlock { .. } => "unlock",
+            NodeRequest::Extend { .. } => "extend",
+            NodeRequest::Holds { .. } => "holds",
+            NodeRequest::ReadCounter { .. } => "read counter",
+            NodeRequest::RaiseCounter { .. } => "raise counter",
+            NodeRequest::LockWatching { .. } => "lock watching",
+            NodeRequest::LockQueued { .. } => "lock queued",
+            NodeRequest::LeaveQueue { .. } => "leave queue",
+            NodeRequest::WatchReleases { .. } => "watch releases",
+            NodeRequest::WatchReservations { .. } => "watch reservations",
+        }
+    }
+}
+
+/// A node's answer to a [`NodeRequest`]; each request names the reply it expects.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum NodeReply {
+    /// The node did what was asked (`true`), or answered but refused (`false`).
+    Done(bool),
+    /// The value of a fencing counter.
+    Counter(u64),
+    /// A watch of the node's release announcements.
+    Watch(ReleaseWatch),
+    /// The node does not implement this request.
+    Unsupported,
+}
+
+/// A blocking acquisition's place in the nodes' queues of a contended lock.
+///
+/// With [`LockConfig::fair`](crate::LockConfig::fair) on (the default), a blocking acquire
+/// that finds the lock held joins a queue on every node, ordered by `ticket` (the same on
+/// every node, so the nodes agree on who is first). A release hands the key to the first
+/// live waiter in line by *reserving* it for that waiter: a reserved key is not free, so
+/// neither a newcomer nor the holder that just released can take it; only the waiter it
+/// is reserved for can, by [`NodeRequest::LockQueued`]. The release announcement names
+/// that waiter, so it alone wakes and attempts.
+///
+/// Places are soft state, never needed for safety (a reserved key is only ever taken
+/// with `NX` semantics, under the quorum rule): a place lapses `lifetime` after the
+/// waiter last refreshed it, and a reservation lapses when the place would have, so a
+/// waiter that died holds the line up for at most `lifetime`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuePlace {
+    /// Identifies the waiter in the queue: `<client>:<random>`, where `client` names the
+    /// lock client whose [`WatchReservations`](NodeRequest::WatchReservations) hears of
+    /// it, and the random part is drawn once per blocking acquisition.
+    pub waiter: LockToken,
+    /// The waiter's position: lower goes first. The wall-clock time, in microseconds, at
+    /// which the acquisition began, so waiters of different processes queue first come
+    /// first served (as far as their clocks agree; ties go by `waiter`).
+    pub ticket: u64,
+    /// How long the place lasts without being refreshed; every queued attempt refreshes it.
+    pub lifetime: Duration,
+}
