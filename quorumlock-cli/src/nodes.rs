@@ -1,0 +1,212 @@
+//! The nodes a command talks to, the lock over them, and the key a name maps to.
+
+use std::time::Duration;
+
+use quorumlock::{LockConfig, LockError, LockGuard, RedisLock, Redlock, TlsOptions};
+
+use crate::args::GlobalArgs;
+use crate::exit::{CliError, Kind};
+
+/// The node URLs given with `--nodes` or `QUORUMLOCK_NODES`, empty entries left out.
+pub fn node_urls(global: &GlobalArgs) -> Result<Vec<String>, CliError> {
+    let urls: Vec<String> = global
+        .nodes
+        .iter()
+        .filter(|url| !url.is_empty())
+        .cloned()
+        .collect();
+    if urls.is_empty() {
+        return Err(CliError::new(Kind::Config, "no nodes given").hint(
+            "pass --nodes redis://host:port,... or set QUORUMLOCK_NODES \
+             (comma-separated redis:// URLs; 3 or 5 independent servers)",
+        ));
+    }
+    Ok(urls)
+}
+
+/// The quorum of `nodes` nodes: `nodes / 2 + 1`.
+pub fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// The Redis key of `resource` under the key prefix, by the library's own rule
+/// ([`LockConfig::key_for`]), for the commands that talk to the nodes directly. Fails on a
+/// name that cannot be a lock.
+pub fn lock_key(global: &GlobalArgs, resource: &str) -> Result<String, CliError> {
+    let mut config = LockConfig::builder();
+    if let Some(prefix) = &global.key_prefix {
+        config = config.key_prefix(prefix.clone());
+    }
+    let config = config
+        .build()
+        .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
+    config
+        .key_for(resource)
+        .map_err(|error| CliError::from_lock(&error))
+}
+
+/// The TLS options of `--tls-ca`, `--tls-cert`, `--tls-key` and `--tls-insecure`; an
+/// unreadable file is a configuration error (exit 78).
+pub fn tls_options(global: &GlobalArgs) -> Result<TlsOptions, CliError> {
+    let tls = &global.tls;
+    let unreadable = |error: std::io::Error| CliError::new(Kind::Config, error.to_string());
+    let mut options = TlsOptions::new().insecure(tls.tls_insecure);
+    if let Some(ca) = &tls.tls_ca {
+        options = options.ca_file(ca).map_err(unreadable)?;
+    }
+    if let (Some(cert), Some(key)) = (&tls.tls_cert, &tls.tls_key) {
+        options = options
+            .client_identity_files(cert, key)
+            .map_err(unreadable)?;
+    }
+    Ok(options)
+}
+
+/// The client for each URL, with the TLS options for `rediss://` ones, checked up front
+/// so that a malformed URL is a configuration error (exit 78) before any node is asked
+/// anything. TLS options with a plain `redis://` URL are one too.
+pub fn check_urls(global: &GlobalArgs, urls: &[String]) -> Result<Vec<redis::Client>, CliError> {
+    let tls = tls_options(global)?;
+    urls.iter()
+        .map(|url| {
+            // Through the options even when they are the defaults: a rediss:// client needs
+            // the TLS crypto provider installed before its first connection.
+            let client = tls.client(url);
+            client.map_err(|error| CliError::from_lock(&error))
+        })
+        .collect()
+}
+
+/// The per-node budget of the operator commands (`status`, `release`): `--node-timeout`,
+/// or 1 s, which covers opening a connection as well as the command.
+pub fn operator_timeout(global: &GlobalArgs) -> Duration {
+    global.node_timeout.unwrap_or(Duration::from_secs(1))
+}
+
+/// The lock `run` takes: on one node, or a quorum of several.
+pub enum AnyLock {
+    /// One URL.
+    Single(RedisLock),
+    /// Several URLs.
+    Quorum(Redlock),
+}
+
+impl AnyLock {
+    /// Prepares the lock on `urls`, with the TLS options of `global`.
+    pub async fn connect(
+        global: &GlobalArgs,
+        urls: &[String],
+        config: LockConfig,
+    ) -> Result<Self, CliError> {
+        let mut clients = check_urls(global, urls)?;
+        let lock = match clients.len() {
+            1 => RedisLock::from_client(clients.remove(0), config)
+                .await
+                .map(AnyLock::Single),
+            _ => Redlock::from_clients(clients, config)
+                .await
+                .map(AnyLock::Quorum),
+        };
+        lock.map_err(|error| CliError::from_lock(&error))
+    }
+
+    /// One attempt.
+    pub async fn try_acquire(&self, resource: &str) -> Result<LockGuard, LockError> {
+        match self {
+            AnyLock::Single(lock) => lock.try_acquire(resource).await,
+            AnyLock::Quorum(lock) => lock.try_acquire(resource).await,
+        }
+    }
+
+    /// Attempts until `timeout` (the configured retry count permitting).
+    pub async fn acquire_timeout(
+        &self,
+        resource: &str,
+        timeout: Duration,
+    ) -> Result<LockGuard, LockError> {
+        match self {
+            AnyLock::Single(lock) => lock.acquire_timeout(resource, timeout).await,
+            AnyLock::Quorum(lock) => lock.acquire_timeout(resource, timeout).await,
+        }
+    }
+
+    /// How many nodes must agree.
+    pub fn quorum(&self) -> usize {
+        match self {
+            AnyLock::Single(_) => 1,
+            AnyLock::Quorum(lock) => lock.quorum(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node_url::parse_node;
+
+    fn global(nodes: Option<&str>) -> GlobalArgs {
+        GlobalArgs {
+            nodes: nodes
+                .map(|list| {
+                    list.split(',')
+                        .map(|url| parse_node(url).unwrap())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            key_prefix: None,
+            node_timeout: None,
+            connect_timeout: None,
+            json: false,
+            verbose: 0,
+            quiet: false,
+            tls: Default::default(),
+        }
+    }
+
+    #[test]
+    fn node_lists_are_split_and_trimmed() {
+        let urls = node_urls(&global(Some(" redis://a:1, redis://b:2,,redis://c:3 ,"))).unwrap();
+        assert_eq!(urls, ["redis://a:1", "redis://b:2", "redis://c:3"]);
+    }
+
+    #[test]
+    fn no_nodes_is_a_config_error_that_says_what_to_do() {
+        for nodes in [None, Some(""), Some(" , ")] {
+            let err = node_urls(&global(nodes)).unwrap_err();
+            assert_eq!(err.code(), 78);
+            let text = err.to_string();
+            assert!(text.contains("--nodes") && text.contains("QUORUMLOCK_NODES"));
+        }
+    }
+
+    #[test]
+    fn malformed_urls_are_config_errors_without_passwords() {
+        let err = check_urls(
+            &global(None),
+            &["redis://:hunter2@host:notaport".to_owned()],
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), 78);
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn keys_follow_the_prefix_rule() {
+        let mut args = global(None);
+        assert_eq!(lock_key(&args, "job").unwrap(), "job");
+        args.key_prefix = Some("locks:".to_owned());
+        assert_eq!(lock_key(&args, "job").unwrap(), "locks:job");
+        assert_eq!(quorum(1), 1);
+        assert_eq!(quorum(3), 2);
+        assert_eq!(quorum(4), 3);
+        assert_eq!(quorum(5), 3);
+    }
+
+    #[test]
+    fn names_are_checked() {
+        let args = global(None);
+        assert_eq!(lock_key(&args, "").unwrap_err().code(), 64);
+        assert_eq!(lock_key(&args, &"x".repeat(1025)).unwrap_err().code(), 64);
+        assert!(lock_key(&args, "job").is_ok());
+    }
+}
