@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{DistributedLock, LockConfig, LockError, Redlock};
+use quorumlock_testkit::RedisCluster;
 use tokio::sync::Barrier;
 
 type DemoResult<T = ()> = Result<T, Box<dyn Error>>;
@@ -308,7 +308,7 @@ async fn auto_extension(cluster: &mut RedisCluster, lock: &Redlock) -> DemoResul
             println!("work: killed nodes 1-3, carrying on for another 10 s...");
             tokio::time::sleep(Duration::from_secs(10)).await;
             println!("work: finished (not expected: the lock was lost)");
-            Ok::<(), quorumlock::testkit::TestkitError>(())
+            Ok::<(), quorumlock_testkit::TestkitError>(())
         })
         .await;
     match outcome {

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clients::{Client, Contender};
-use quorumlock::testkit::{Direction, FaultProxy, RedisCluster};
 use quorumlock::LockConfig;
+use quorumlock_testkit::{Direction, FaultProxy, RedisCluster};
 use redis::AsyncCommands;
 use stats::{fmt_rate, fmt_us, Outcome, Run, Summary};
 

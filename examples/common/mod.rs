@@ -12,7 +12,7 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster};
+use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster};
 use redis::aio::MultiplexedConnection;
 
 /// The examples' result type: any error, printed as the reason the run failed.

@@ -7,7 +7,6 @@
 //! deletes exactly those at the end, on Ctrl-C too, and never scans or touches others;
 //! `--rate` caps the load.
 
-pub mod args;
 mod keys;
 mod plot;
 mod probe;
@@ -30,12 +29,11 @@ use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::args::GlobalArgs;
+use crate::args::{BenchArgs, GlobalArgs};
 use crate::exit::{CliError, Kind};
 use crate::nodes::{check_urls, node_urls, AnyLock};
 use crate::output::{Event, Output};
 
-use self::args::BenchArgs;
 use self::keys::Names;
 use self::probe::{NodeProbe, ProbeThread, Probes};
 use self::stats::{histogram, record};
