@@ -1,7 +1,7 @@
 //! quorumlock end to end, against five real local Redis nodes.
 //!
 //! Starts five independent `redis-server` processes on free loopback ports (through the
-//! test harness, `quorumlock::testkit`), builds a `Redlock` over them and walks through:
+//! test harness, `quorumlock_testkit`), builds a `Redlock` over them and walks through:
 //! acquire and release, contention between two tasks, losing two nodes (still a quorum),
 //! losing a third (a `NoQuorum` error naming the nodes), a frozen node, refresh, the
 //! background release of a dropped guard, and work kept alive past its TTL by

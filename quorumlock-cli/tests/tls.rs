@@ -5,10 +5,8 @@
 
 mod cli_support;
 
+use cli_support::{bare, code, output, stderr, stdout};
 use quorumlock_testkit::{NodeOptions, NodeTls, RedisCluster, TestCertificates};
-use tokio::process::Command;
-
-use cli_support::{bare, output};
 
 async fn tls_cluster(nodes: usize, certs: &TestCertificates, auth_clients: bool) -> RedisCluster {
     let options = NodeOptions::default().with_tls(NodeTls::from_certificates(certs, auth_clients));
@@ -33,74 +31,49 @@ async fn the_cli_takes_the_tls_flags_and_environment() {
         command
     };
     // Flags.
-    let run = base()
-        .args(["--tls-ca"])
-        .arg(certs.ca_cert())
-        .arg("--tls-cert")
-        .arg(certs.client_cert())
-        .arg("--tls-key")
-        .arg(certs.client_key())
-        .args(["run", "-r", "cli-tls", "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let run = output(
+        base()
+            .arg("--tls-ca")
+            .arg(certs.ca_cert())
+            .arg("--tls-cert")
+            .arg(certs.client_cert())
+            .arg("--tls-key")
+            .arg(certs.client_key())
+            .args(["run", "-r", "cli-tls", "--", "true"]),
+    )
+    .await;
+    assert_eq!(code(&run), 0, "{}", stderr(&run));
     // Environment, and the operator commands.
-    let with_env = |command: &mut Command| {
+    let with_env = || {
+        let mut command = base();
         command
             .env("QUORUMLOCK_TLS_CA", certs.ca_cert())
             .env("QUORUMLOCK_TLS_CERT", certs.client_cert())
             .env("QUORUMLOCK_TLS_KEY", certs.client_key());
+        command
     };
-    let mut status = base();
-    with_env(&mut status);
-    let status = status.args(["status", "cli-tls"]).output().await.unwrap();
-    assert_eq!(
-        status.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
-    assert!(String::from_utf8_lossy(&status.stdout).contains("free"));
-    let mut release = base();
-    with_env(&mut release);
-    let release = release
-        .args(["release", "cli-tls", "--token", "nobody"])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&release.stderr);
+    let status = output(with_env().args(["status", "cli-tls"])).await;
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+    assert!(stdout(&status).contains("free"));
+    let release = output(with_env().args(["release", "cli-tls", "--token", "nobody"])).await;
+    let text = stderr(&release);
     assert!(!text.contains("failed"), "{text}");
     // Insecure skips verification of the server but still presents the client certificate.
-    let run = base()
-        .env("QUORUMLOCK_TLS_INSECURE", "1")
-        .arg("--tls-cert")
-        .arg(certs.client_cert())
-        .arg("--tls-key")
-        .arg(certs.client_key())
-        .args(["run", "-r", "cli-tls", "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let run = output(
+        base()
+            .env("QUORUMLOCK_TLS_INSECURE", "1")
+            .arg("--tls-cert")
+            .arg(certs.client_cert())
+            .arg("--tls-key")
+            .arg(certs.client_key())
+            .args(["run", "-r", "cli-tls", "--", "true"]),
+    )
+    .await;
+    assert_eq!(code(&run), 0, "{}", stderr(&run));
     // No CA: the private CA is refused, and the message names a node.
-    let run = base()
-        .args(["run", "-r", "cli-tls", "--", "true"])
-        .output()
-        .await
-        .unwrap();
+    let run = output(base().args(["run", "-r", "cli-tls", "--", "true"])).await;
     assert_ne!(run.status.code(), Some(0));
-    let text = String::from_utf8_lossy(&run.stderr);
+    let text = stderr(&run);
     assert!(text.contains("rediss://127.0.0.1:"), "{text}");
 }
 
@@ -116,7 +89,7 @@ async fn the_cli_operator_commands_take_rediss_without_options() {
         &["release", "plain", "--token", "x"][..],
     ] {
         let output = output(bare().env("QUORUMLOCK_NODES", &url).args(args)).await;
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stderr = stderr(&output);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert!(!stderr.contains("failed"), "{args:?}: {stderr}");
         // status: free (0); release of a token that holds nothing: not held (exit 3 or

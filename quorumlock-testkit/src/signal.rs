@@ -41,6 +41,7 @@ pub(crate) fn send_signal(pid: u32, signal: Signal) -> Result<()> {
     }
 }
 
+/// Signals need Unix: elsewhere, freezing and thawing are refused.
 #[cfg(not(unix))]
 pub(crate) fn send_signal(_pid: u32, signal: Signal) -> Result<()> {
     Err(TestkitError::Unsupported(match signal {

@@ -140,6 +140,7 @@ pub(super) async fn bind_listener() -> io::Result<TcpListener> {
     }
 }
 
+/// A listening socket on a free port of 127.0.0.1 (closed and bound anew to refuse).
 #[cfg(not(target_os = "linux"))]
 pub(super) async fn bind_listener() -> io::Result<TcpListener> {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await

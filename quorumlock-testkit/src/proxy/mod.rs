@@ -82,9 +82,9 @@ impl Tap {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock::testkit::{Direction, FaultProxy, RedisCluster};
+/// use quorumlock_testkit::{Direction, FaultProxy, RedisCluster};
 ///
-/// # async fn demo() -> Result<(), quorumlock::testkit::TestkitError> {
+/// # async fn demo() -> Result<(), quorumlock_testkit::TestkitError> {
 /// let cluster = RedisCluster::start(1).await?;
 /// let upstream = ([127, 0, 0, 1], cluster.node(0).port()).into();
 /// let proxy = FaultProxy::start(upstream).await?;

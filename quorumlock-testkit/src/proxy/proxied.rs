@@ -6,11 +6,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::FaultProxy;
+use crate::cluster::RedisCluster;
 use crate::error::TestkitError;
 use crate::options::NodeOptions;
-use crate::state::NodeState;
-use crate::cluster::RedisCluster;
 use crate::process::RedisProcess;
+use crate::state::NodeState;
 
 /// How long a restarted node may take to load its data.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(10);

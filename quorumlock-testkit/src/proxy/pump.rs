@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use super::rules::{remember_tail, Faults, ResetWhen, DOWN, UP};
-use super::shared::{count_taps, fire_rule, LiveEntry, Shared};
+use super::shared::{LiveEntry, Shared};
 
 /// How long the proxy waits to connect to its upstream before resetting the client.
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -44,6 +44,8 @@ struct Connection {
     answered: Notify,
 }
 
+/// Carries one accepted connection (`born` holds the reset and close epochs it was
+/// accepted under) until it ends; `live` removes it from the live set when it does.
 pub(super) async fn serve(
     client: TcpStream,
     shared: Arc<Shared>,
@@ -175,7 +177,7 @@ async fn read_side(
         let latency = faults.borrow_and_update().latency[dir];
         let mut reset_after = false;
         if dir == UP {
-            match fire_rule(shared, &tail, &bytes) {
+            match shared.fire_rule(&tail, &bytes) {
                 Some(ResetWhen::BeforeForwarding) => {
                     return Some(End::Reset {
                         graceful_upstream: false,
@@ -231,7 +233,7 @@ async fn write_side(
             };
         }
         if dir == UP {
-            count_taps(shared, &tail, &chunk.bytes);
+            shared.count_taps(&tail, &chunk.bytes);
             remember_tail(&mut tail, &chunk.bytes);
         }
         if chunk.reset_after {

@@ -21,6 +21,7 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// The per-direction array indices this direction covers.
     pub(super) fn indices(self) -> &'static [usize] {
         match self {
             Direction::ToServer => &[UP],
@@ -35,7 +36,7 @@ pub(super) const UP: usize = 0;
 /// Index of the node-to-client direction in per-direction arrays.
 pub(super) const DOWN: usize = 1;
 
-/// When a [`reset_on`](FaultProxy::reset_on) rule resets the connection.
+/// When a [`reset_on`](crate::FaultProxy::reset_on) rule resets the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ResetWhen {
     /// As soon as the pattern is read from the client, without forwarding the
@@ -51,11 +52,14 @@ pub enum ResetWhen {
 /// A delay applied to every chunk of one direction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Latency {
+    /// Added to every chunk.
     pub(super) delay: Duration,
+    /// The most a uniformly random extra adds on top.
     pub(super) jitter: Duration,
 }
 
 impl Latency {
+    /// The delay of one chunk.
     pub(super) fn sample(&self) -> Duration {
         if self.jitter.is_zero() {
             return self.delay;
@@ -66,19 +70,25 @@ impl Latency {
     }
 }
 
-/// A pending [`reset_on`](FaultProxy::reset_on) rule.
+/// A pending [`reset_on`](crate::FaultProxy::reset_on) rule.
 #[derive(Clone, Debug)]
 pub(super) struct Rule {
+    /// The bytes that fire it.
     pub(super) pattern: Vec<u8>,
+    /// When the connection that sent them is reset.
     pub(super) when: ResetWhen,
 }
 
 /// The fault settings, read by every task before each chunk.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Faults {
+    /// Per direction, indexed by [`UP`] and [`DOWN`].
     pub(super) latency: [Latency; 2],
+    /// Nothing is delivered either way while set.
     pub(super) blackhole: bool,
+    /// New connections are refused while set.
     pub(super) refuse_new: bool,
+    /// Pending reset rules, in the order they were set.
     pub(super) rules: Vec<Rule>,
     /// Bumped by `reset_all`: connections born under an older value are reset.
     pub(super) reset_epoch: u64,
