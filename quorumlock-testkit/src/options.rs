@@ -27,8 +27,8 @@ pub struct NodeOptions {
     /// password (`redis://:PASSWORD@127.0.0.1:PORT`).
     pub password: Option<String>,
     /// When set, nodes also listen for TLS on a port of their own
-    /// ([`RedisProcess::tls_url`]); the plain port stays for the harness's own
-    /// connections (readiness, helpers). Process backend only.
+    /// ([`RedisProcess::tls_url`](crate::RedisProcess::tls_url)); the plain port stays for
+    /// the harness's own connections (readiness, helpers). Process backend only.
     pub tls: Option<NodeTls>,
 }
 
