@@ -5,6 +5,8 @@
 
 mod cli_support;
 
+use std::ffi::OsString;
+
 use cli_support::{bare, code, output, stderr, stdout};
 use quorumlock_testkit::{NodeOptions, NodeTls, RedisCluster, TestCertificates};
 
@@ -30,16 +32,21 @@ async fn the_cli_takes_the_tls_flags_and_environment() {
         ]);
         command
     };
+    // The client certificate and its key, as flags; and a run under the lock.
+    let identity: [OsString; 4] = [
+        "--tls-cert".into(),
+        certs.client_cert().into(),
+        "--tls-key".into(),
+        certs.client_key().into(),
+    ];
+    let run_true = ["run", "-r", "cli-tls", "--", "true"];
     // Flags.
     let run = output(
         base()
             .arg("--tls-ca")
             .arg(certs.ca_cert())
-            .arg("--tls-cert")
-            .arg(certs.client_cert())
-            .arg("--tls-key")
-            .arg(certs.client_key())
-            .args(["run", "-r", "cli-tls", "--", "true"]),
+            .args(&identity)
+            .args(run_true),
     )
     .await;
     assert_eq!(code(&run), 0, "{}", stderr(&run));
@@ -62,16 +69,13 @@ async fn the_cli_takes_the_tls_flags_and_environment() {
     let run = output(
         base()
             .env("QUORUMLOCK_TLS_INSECURE", "1")
-            .arg("--tls-cert")
-            .arg(certs.client_cert())
-            .arg("--tls-key")
-            .arg(certs.client_key())
-            .args(["run", "-r", "cli-tls", "--", "true"]),
+            .args(&identity)
+            .args(run_true),
     )
     .await;
     assert_eq!(code(&run), 0, "{}", stderr(&run));
     // No CA: the private CA is refused, and the message names a node.
-    let run = output(base().args(["run", "-r", "cli-tls", "--", "true"])).await;
+    let run = output(base().args(run_true)).await;
     assert_ne!(run.status.code(), Some(0));
     let text = stderr(&run);
     assert!(text.contains("rediss://127.0.0.1:"), "{text}");
