@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use clients::{Client, Contender};
 use criterion::{criterion_group, criterion_main, Criterion};
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockToken};
+use quorumlock_testkit::RedisCluster;
 
 fn cpu_only(c: &mut Criterion) {
     c.bench_function("token/generate", |b| b.iter(LockToken::generate));

@@ -1,7 +1,7 @@
 //! quorumlock end to end, against five real local Redis nodes.
 //!
 //! Starts five independent `redis-server` processes on free loopback ports (through the
-//! test harness, `quorumlock::testkit`), builds a `Redlock` over them and walks through:
+//! test harness, `quorumlock_testkit`), builds a `Redlock` over them and walks through:
 //! acquire and release, contention between two tasks, losing two nodes (still a quorum),
 //! losing a third (a `NoQuorum` error naming the nodes), a frozen node, refresh, the
 //! background release of a dropped guard, and work kept alive past its TTL by
@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{DistributedLock, LockConfig, LockError, Redlock};
+use quorumlock_testkit::RedisCluster;
 use tokio::sync::Barrier;
 
 type DemoResult<T = ()> = Result<T, Box<dyn Error>>;
@@ -308,7 +308,7 @@ async fn auto_extension(cluster: &mut RedisCluster, lock: &Redlock) -> DemoResul
             println!("work: killed nodes 1-3, carrying on for another 10 s...");
             tokio::time::sleep(Duration::from_secs(10)).await;
             println!("work: finished (not expected: the lock was lost)");
-            Ok::<(), quorumlock::testkit::TestkitError>(())
+            Ok::<(), quorumlock_testkit::TestkitError>(())
         })
         .await;
     match outcome {

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use common::Result;
 use quorumlock::fencing::fenced_set;
-use quorumlock::testkit::Persistence;
 use quorumlock::{LockConfig, LockError, Redlock};
+use quorumlock_testkit::Persistence;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use tokio::sync::oneshot;

@@ -24,9 +24,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use common::{Nodes, Result};
-use quorumlock::testkit::Persistence;
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, LockGuard, Redlock};
+use quorumlock_testkit::Persistence;
+use quorumlock_testkit::RedisCluster;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 

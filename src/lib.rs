@@ -143,14 +143,15 @@
 //!
 //! # Testing
 //!
-//! - Feature `testkit`: `testkit::RedisCluster` starts N real `redis-server` processes on
-//!   free loopback ports and kills, freezes or restarts them, to test your code against
-//!   real faults.
+//! - The `quorumlock-testkit` crate: `RedisCluster` starts N real `redis-server` processes
+//!   on free loopback ports and kills, freezes or restarts them, and `FaultProxy` injects
+//!   network faults, to test your code against real faults.
 //! - Feature `test-util`: `sim` offers in-memory nodes with simulated clocks and faults, on
 //!   tokio's paused clock, to unit-test your code without Redis.
 //!
 //! [Redlock]: https://redis.io/docs/latest/develop/use/patterns/distributed-locks/
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 /// The `redis` crate this one is built on, whose [`Client`](redis::Client) and
@@ -183,9 +184,8 @@ mod token;
 mod watchdog;
 
 #[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod sim;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 
 pub use config::{LockConfig, LockConfigBuilder};
 pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
@@ -198,6 +198,7 @@ pub use redlock::Redlock;
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use single::RedisLock;
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::TlsOptions;
 pub use token::LockToken;
 pub use watchdog::AutoExtend;

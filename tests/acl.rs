@@ -1,111 +1,16 @@
 //! ACL users: a user granted exactly the commands, keys and channels that
-//! docs/operations.md ("ACL users") lists runs every operation of the library and of the
-//! CLI, and the servers log no denial at all (`ACL LOG`).
+//! docs/operations.md ("ACL users") lists runs every operation of the library, and the
+//! servers log no denial at all (`ACL LOG`). quorumlock-cli/tests/acl.rs does the same
+//! for the CLI's commands.
 
+mod acl_user;
 mod common;
 
 use std::time::Duration;
 
-use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster, RedisProcess};
+use acl_user::{acl_cluster, admin, denials, user_urls, PREFIX};
 use quorumlock::{redis, LockConfig, Redlock};
-
-/// The key prefix of the locks here; the user may touch nothing else but the library's own
-/// `quorumlock:` keys.
-const PREFIX: &str = "locks:";
-
-/// The grant of docs/operations.md, word for word: keep the two in step.
-const GRANT: &[&str] = &[
-    "on",
-    ">locker-secret",
-    "resetkeys",
-    "resetchannels",
-    "-@all",
-    // Connecting: the server check, its fallback, and the probe of a silent connection.
-    "+info",
-    "+client|info",
-    "+ping",
-    // The lock: take, refresh, release (scripts by hash, loaded again after NOSCRIPT),
-    // is_acquired, and the commands the scripts run.
-    "+set",
-    "+get",
-    "+mget",
-    "+eval",
-    "+evalsha",
-    "+script|load",
-    "+del",
-    "+exists",
-    "+pexpire",
-    "+pttl",
-    "+time",
-    // The fair queue and release announcements.
-    "+zadd",
-    "+zrange",
-    "+zrem",
-    "+zscore",
-    "+hset",
-    "+hget",
-    "+hdel",
-    "+publish",
-    "+subscribe",
-    "+unsubscribe",
-    // Keys and channels.
-    "~locks:*",
-    "~quorumlock:*",
-    "&quorumlock:*",
-];
-
-async fn admin(node: &RedisProcess, args: &[&str]) -> redis::Value {
-    let mut connection = common::raw_connection(node).await;
-    let mut command = redis::cmd(args[0]);
-    for arg in &args[1..] {
-        command.arg(*arg);
-    }
-    command.query_async(&mut connection).await.expect(args[0])
-}
-
-async fn acl_cluster() -> RedisCluster {
-    // Append-only, so that fencing may run on them.
-    let options = NodeOptions::default().with_persistence(Persistence::AppendFsyncAlways);
-    let cluster = RedisCluster::start_with(3, options).await.unwrap();
-    for i in 0..cluster.len() {
-        let mut args = vec!["ACL", "SETUSER", "locker"];
-        args.extend_from_slice(GRANT);
-        admin(cluster.node(i), &args).await;
-        admin(cluster.node(i), &["ACL", "LOG", "RESET"]).await;
-    }
-    cluster
-}
-
-fn user_urls(cluster: &RedisCluster) -> Vec<String> {
-    (0..cluster.len())
-        .map(|i| format!("redis://locker:locker-secret@{}", cluster.node(i).address()))
-        .collect()
-}
-
-/// Every denial the servers logged, but for the library name redis-rs sets on connect and
-/// ignores a refusal of (`CLIENT SETINFO`, Redis 7.2+; Redis 6.2 logs it as a denied
-/// `client` command, the only `CLIENT` subcommand the lock may be refused, since
-/// `client|info` is granted).
-async fn denials(cluster: &RedisCluster) -> Vec<String> {
-    let mut found = Vec::new();
-    for i in 0..cluster.len() {
-        let log = admin(cluster.node(i), &["ACL", "LOG"]).await;
-        let text = format!("{log:?}");
-        if let redis::Value::Array(entries) = log {
-            for entry in entries {
-                let entry = format!("{entry:?}");
-                let lib_name =
-                    entry.to_lowercase().contains("setinfo") || entry.contains("cmd=client ");
-                if !lib_name {
-                    found.push(format!("node {i}: {entry}"));
-                }
-            }
-        } else {
-            found.push(format!("node {i}: unexpected ACL LOG reply {text}"));
-        }
-    }
-    found
-}
+use quorumlock_testkit::RedisCluster;
 
 fn config() -> LockConfig {
     LockConfig::builder()
@@ -212,75 +117,6 @@ async fn a_user_with_exactly_the_listed_grants_runs_every_library_operation() {
     }
     let guard = lock.acquire_many(&["after-flush", "too"]).await.unwrap();
     guard.release().await.unwrap();
-
-    let denied = denials(&cluster).await;
-    assert!(denied.is_empty(), "denied: {denied:#?}");
-}
-
-#[cfg(feature = "cli")]
-#[tokio::test]
-async fn a_user_with_exactly_the_listed_grants_runs_every_cli_command() {
-    use std::process::Stdio;
-    let cluster = acl_cluster().await;
-    let nodes = user_urls(&cluster).join(",");
-    let cli = |args: &[&str]| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"));
-        command
-            .env("QUORUMLOCK_NODES", &nodes)
-            .env("QUORUMLOCK_KEY_PREFIX", PREFIX)
-            .args(["--node-timeout", "250ms"])
-            .args(args)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        command
-    };
-    let check = |output: &std::process::Output, code: i32| {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(code), "{stderr}");
-        assert!(!stderr.contains("secret"), "{stderr}");
-    };
-    let run = cli(&["run", "-r", "cli", "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    check(&run, 0);
-    let fenced = cli(&["run", "--fencing", "-r", "cli", "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    check(&fenced, 0);
-
-    // status and release while a holder runs.
-    let mut holder = cli(&["run", "--json", "-r", "held", "--", "sleep", "30"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = holder.stderr.take().unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
-    let token = loop {
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .expect("the holder reports its token")
-            .unwrap()
-            .expect("a line from the holder");
-        let event: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        if let Some(token) = event["token"].as_str() {
-            break token.to_owned();
-        }
-    };
-    let status = cli(&["status", "held"]).output().await.unwrap();
-    check(&status, 0);
-    let text = String::from_utf8_lossy(&status.stdout);
-    assert!(
-        text.contains(&format!("held by {token} on 3/3 nodes")),
-        "{text}"
-    );
-    let release = cli(&["release", "held", "--token", &token])
-        .output()
-        .await
-        .unwrap();
-    check(&release, 0);
-    holder.kill().await.unwrap();
 
     let denied = denials(&cluster).await;
     assert!(denied.is_empty(), "denied: {denied:#?}");

@@ -12,8 +12,8 @@ mod common;
 use std::time::Duration;
 
 use common::{cluster, config, redlock, retrying, TTL};
-use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster};
 use quorumlock::LockError;
+use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster};
 use tokio::time::Instant;
 
 /// Prints which server the suite runs on, so that a CI log says what was tested.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::{cluster, config, eventually, node_command, proxied, redlock, redlock_via, TTL};
 use quorumlock::node::{LockNode, RedisNode};
-use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster, ResetWhen};
 use quorumlock::{LockGuard, Redlock};
+use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster, ResetWhen};
 use rand::Rng;
 
 /// After a release returns, the lock's key is gone from every node within 1 s.

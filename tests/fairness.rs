@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::{cluster, eventually, held_on_every_node, raw_connection, redlock, TTL};
 
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, LockError, LockGuard, Redlock};
+use quorumlock_testkit::RedisCluster;
 use redis::aio::MultiplexedConnection;
 use redis::FromRedisValue;
 use tokio::task::JoinHandle;

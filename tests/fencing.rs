@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::{cluster, config, raw_connection, redlock, TTL};
 use quorumlock::fencing::{fenced_claim, fenced_set};
-use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster};
 use quorumlock::{LockConfig, LockError};
+use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster};
 use redis::AsyncCommands;
 
 /// [`config`] with fencing, and retries for holders that follow one another closely.

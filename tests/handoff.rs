@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::{cluster, redlock, retrying, TTL};
 use futures::StreamExt;
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{LockConfig, Redlock};
+use quorumlock_testkit::RedisCluster;
 use tokio::time::Instant;
 
 /// A long, exact retry delay: a waiter served before it passes was woken by a release.

@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{config, eventually, proxied, redlock_via, TTL};
-use quorumlock::testkit::ProxiedCluster;
 use quorumlock::Redlock;
+use quorumlock_testkit::ProxiedCluster;
 use tokio::time::Instant;
 
 /// Cuts node `i` off for good on the connections open now (the route is black-holed and

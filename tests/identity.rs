@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{cluster, config, node_command, TTL};
-use quorumlock::testkit::FaultProxy;
 use quorumlock::{LockError, RedisLock, Redlock};
+use quorumlock_testkit::FaultProxy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The reason of an `InvalidNode` error, or a panic naming what came instead.

@@ -193,7 +193,7 @@ async fn fencing_tokens_cover_every_resource_of_a_set() {
 }
 
 /// The calls of each script command on `node`, from `INFO commandstats`.
-async fn script_commands(node: &quorumlock::testkit::RedisProcess) -> Vec<(String, u64)> {
+async fn script_commands(node: &quorumlock_testkit::RedisProcess) -> Vec<(String, u64)> {
     let mut connection = raw_connection(node).await;
     let info: String = redis::cmd("INFO")
         .arg("commandstats")

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::testkit::{NodeOptions, RedisCluster};
 use quorumlock::{LockConfig, LockError, Redlock};
+use quorumlock_testkit::{NodeOptions, RedisCluster};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};

@@ -20,10 +20,10 @@ mod common;
 use std::time::Duration;
 
 use common::{no_lock_key_outlives_ttl, proxied_with, LOCK_KEYS, LOCK_PREFIX};
-use quorumlock::testkit::{
+use quorumlock::{DistributedLock, LockConfig, LockError, RedisLock, Redlock};
+use quorumlock_testkit::{
     Direction, NodeOptions, NodeState, Persistence, ProxiedCluster, RedisCluster,
 };
-use quorumlock::{DistributedLock, LockConfig, LockError, RedisLock, Redlock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;

@@ -12,8 +12,8 @@ use common::{
     redlock, retrying, slow_nodes_config, NODE_TIMEOUT, TTL,
 };
 use quorumlock::node::{LockNode, RedisNode};
-use quorumlock::testkit::{NodeOptions, RedisCluster};
 use quorumlock::{DistributedLock, LockConfig, LockError, LockToken, NodeError, Redlock};
+use quorumlock_testkit::{NodeOptions, RedisCluster};
 
 #[tokio::test]
 async fn acquire_sets_the_key_on_every_node_and_release_deletes_it() {

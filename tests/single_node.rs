@@ -10,8 +10,8 @@ use common::{
     acquire_and_release, cluster, config, eventually, raw_connection, retrying, NODE_TIMEOUT, TTL,
 };
 use quorumlock::node::{LockNode, RedisNode};
-use quorumlock::testkit::RedisCluster;
 use quorumlock::{DistributedLock, LockConfig, LockError, LockToken, NodeError, RedisLock};
+use quorumlock_testkit::RedisCluster;
 
 async fn single(cluster: &RedisCluster, config: LockConfig) -> RedisLock {
     RedisLock::connect(&cluster.urls()[0], config)

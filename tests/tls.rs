@@ -1,14 +1,14 @@
 //! `rediss://` on real TLS servers (Debian's redis-server is built with TLS), with
 //! certificates generated per test: out of the box, a private CA, a wrong CA, mutual TLS,
-//! a client built by the caller, a quorum of five TLS nodes with one frozen, and the CLI's
-//! TLS flags.
+//! a client built by the caller, and a quorum of five TLS nodes with one frozen.
+//! quorumlock-cli/tests/tls.rs tests the CLI's TLS flags.
 
 mod common;
 
 use std::time::Duration;
 
-use quorumlock::testkit::{NodeOptions, NodeTls, RedisCluster, TestCertificates};
 use quorumlock::{redis, DistributedLock, LockConfig, LockError, RedisLock, Redlock, TlsOptions};
+use quorumlock_testkit::{NodeOptions, NodeTls, RedisCluster, TestCertificates};
 
 /// Room for TLS handshakes on a loaded machine.
 fn tls_config() -> LockConfig {
@@ -167,99 +167,6 @@ async fn a_quorum_of_five_tls_nodes_survives_a_frozen_one() {
     cluster.node_mut(4).thaw().await.unwrap();
 }
 
-#[cfg(feature = "cli")]
-#[tokio::test]
-async fn the_cli_takes_the_tls_flags_and_environment() {
-    use std::process::Stdio;
-    let certs = TestCertificates::generate().unwrap();
-    let cluster = tls_cluster(3, &certs, true).await;
-    let nodes = cluster.tls_urls().join(",");
-    let bin = env!("CARGO_BIN_EXE_quorumlock");
-    let base = || {
-        let mut command = tokio::process::Command::new(bin);
-        command
-            .env("QUORUMLOCK_NODES", &nodes)
-            .env_remove("QUORUMLOCK_TLS_CA")
-            .env_remove("QUORUMLOCK_TLS_CERT")
-            .env_remove("QUORUMLOCK_TLS_KEY")
-            .env_remove("QUORUMLOCK_TLS_INSECURE")
-            .args(["--connect-timeout", "5s", "--node-timeout", "250ms"])
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        command
-    };
-    // Flags.
-    let run = base()
-        .args(["--tls-ca"])
-        .arg(certs.ca_cert())
-        .arg("--tls-cert")
-        .arg(certs.client_cert())
-        .arg("--tls-key")
-        .arg(certs.client_key())
-        .args(["run", "-r", "cli-tls", "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    // Environment, and the operator commands.
-    let with_env = |command: &mut tokio::process::Command| {
-        command
-            .env("QUORUMLOCK_TLS_CA", certs.ca_cert())
-            .env("QUORUMLOCK_TLS_CERT", certs.client_cert())
-            .env("QUORUMLOCK_TLS_KEY", certs.client_key());
-    };
-    let mut status = base();
-    with_env(&mut status);
-    let status = status.args(["status", "cli-tls"]).output().await.unwrap();
-    assert_eq!(
-        status.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
-    assert!(String::from_utf8_lossy(&status.stdout).contains("free"));
-    let mut release = base();
-    with_env(&mut release);
-    let release = release
-        .args(["release", "cli-tls", "--token", "nobody"])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&release.stderr);
-    assert!(!text.contains("failed"), "{text}");
-    // Insecure skips verification of the server but still presents the client certificate.
-    let run = base()
-        .env("QUORUMLOCK_TLS_INSECURE", "1")
-        .arg("--tls-cert")
-        .arg(certs.client_cert())
-        .arg("--tls-key")
-        .arg(certs.client_key())
-        .args(["run", "-r", "cli-tls", "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    // No CA: the private CA is refused, and the message names a node.
-    let run = base()
-        .args(["run", "-r", "cli-tls", "--", "true"])
-        .output()
-        .await
-        .unwrap();
-    assert_ne!(run.status.code(), Some(0));
-    let text = String::from_utf8_lossy(&run.stderr);
-    assert!(text.contains("rediss://127.0.0.1:"), "{text}");
-}
-
 /// A TLS handshake that never completes (the server accepts, then is frozen) is bounded by
 /// the connect timeout, not left hanging.
 #[tokio::test]
@@ -282,39 +189,4 @@ async fn a_stuck_tls_handshake_is_bounded_by_the_connect_timeout() {
     let error = lock.try_acquire("stuck").await.unwrap_err();
     assert!(matches!(error, LockError::NoQuorum { .. }), "{error}");
     cluster.node_mut(0).thaw().await.unwrap();
-}
-
-/// `status` and `release` make their own connections, which need the crypto provider as
-/// much as the lock's: a `rediss://` URL with no TLS option at all (`#insecure`).
-#[cfg(feature = "cli")]
-#[tokio::test]
-async fn the_cli_operator_commands_take_rediss_without_options() {
-    let certs = TestCertificates::generate().unwrap();
-    let cluster = tls_cluster(1, &certs, false).await;
-    let url = format!("{}/#insecure", cluster.node(0).tls_url().unwrap());
-    for args in [
-        &["status", "plain"][..],
-        &["release", "plain", "--token", "x"][..],
-    ] {
-        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
-            .env("QUORUMLOCK_NODES", &url)
-            .env_remove("QUORUMLOCK_TLS_CA")
-            .env_remove("QUORUMLOCK_TLS_CERT")
-            .env_remove("QUORUMLOCK_TLS_KEY")
-            .env_remove("QUORUMLOCK_TLS_INSECURE")
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output()
-            .await
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert!(!stderr.contains("failed"), "{args:?}: {stderr}");
-        // status: free (0); release of a token that holds nothing: not held (exit 3 or
-        // whatever the CLI gives), but every node answered.
-        if args[0] == "status" {
-            assert_eq!(output.status.code(), Some(0), "{stderr}");
-        }
-    }
 }

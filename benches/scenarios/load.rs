@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::RedisCluster;
+use quorumlock_testkit::RedisCluster;
 use redis::AsyncCommands;
 
 use crate::clients::{Client, Contender};

@@ -32,7 +32,7 @@ use clients::Contender;
 use load::run_one;
 use machine::Machine;
 use options::Options;
-use quorumlock::testkit::{Direction, FaultProxy, RedisCluster};
+use quorumlock_testkit::{Direction, FaultProxy, RedisCluster};
 use report::{read_criterion, Report};
 use scenarios::{smoke_checks, Load, Nodes, Results, ADDED_LATENCY, NODES, SCENARIOS, SLOW_NODE};
 use stats::{fmt_rate, fmt_us, Outcome};

@@ -2,7 +2,7 @@
 //!
 //! An example runs against the nodes listed in `QUORUMLOCK_NODES`
 //! (`redis://h1:6379,redis://h2:6379,...`) when it is set, and otherwise against local
-//! `redis-server` nodes started through `quorumlock::testkit`, which stop (and whose
+//! `redis-server` nodes started through `quorumlock_testkit`, which stop (and whose
 //! directories are removed) when dropped. Being in a subdirectory, this module is not built
 //! as an example of its own: each example includes it with `mod common;`.
 
@@ -12,7 +12,7 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use quorumlock::testkit::{NodeOptions, Persistence, RedisCluster};
+use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster};
 use redis::aio::MultiplexedConnection;
 
 /// The examples' result type: any error, printed as the reason the run failed.

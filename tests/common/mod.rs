@@ -6,8 +6,8 @@ use std::future::Future;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{RedisCluster, RedisProcess};
 use quorumlock::{DistributedLock, LockConfig, Redlock};
+use quorumlock_testkit::{RedisCluster, RedisProcess};
 use redis::aio::MultiplexedConnection;
 
 /// A TTL long enough to never expire by accident on a loaded 2-core machine.
@@ -176,16 +176,16 @@ pub const LOCK_PREFIX: &str = "lock:";
 pub const LOCK_KEYS: &str = "lock:*";
 
 /// `n` nodes with a fault proxy in front of each.
-pub async fn proxied(nodes: usize) -> quorumlock::testkit::ProxiedCluster {
-    proxied_with(nodes, quorumlock::testkit::NodeOptions::default()).await
+pub async fn proxied(nodes: usize) -> quorumlock_testkit::ProxiedCluster {
+    proxied_with(nodes, quorumlock_testkit::NodeOptions::default()).await
 }
 
 /// `n` nodes started with `options`, with a fault proxy in front of each.
 pub async fn proxied_with(
     nodes: usize,
-    options: quorumlock::testkit::NodeOptions,
-) -> quorumlock::testkit::ProxiedCluster {
-    quorumlock::testkit::ProxiedCluster::start_with(nodes, options)
+    options: quorumlock_testkit::NodeOptions,
+) -> quorumlock_testkit::ProxiedCluster {
+    quorumlock_testkit::ProxiedCluster::start_with(nodes, options)
         .await
         .expect("start local redis-server nodes behind fault proxies")
 }
@@ -201,7 +201,7 @@ pub fn chaos_config(ttl: Duration) -> LockConfig {
 
 /// A quorum lock over the proxies of `cluster`, every connection made and used once.
 pub async fn redlock_via(
-    cluster: &quorumlock::testkit::ProxiedCluster,
+    cluster: &quorumlock_testkit::ProxiedCluster,
     config: LockConfig,
 ) -> Redlock {
     let lock = Redlock::connect(cluster.urls(), config)

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use tempfile::TempDir;
 
-use super::cluster::TestkitError;
+use crate::error::TestkitError;
 
 /// A throwaway CA with a server certificate (for `127.0.0.1` and `localhost`) and a client
 /// certificate, all signed by it, as PEM files in a temporary directory removed on drop.

@@ -16,6 +16,7 @@ mod args;
 mod bench;
 mod duration;
 mod exit;
+mod node_url;
 mod nodes;
 mod output;
 mod release;
@@ -72,8 +73,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The text of docs/cli.md, so that an installed binary carries its manual.
-const MANUAL_TEXT: &str = include_str!("../../../docs/cli.md");
+/// The text of docs/cli.md, so that an installed binary carries its manual. The crate's
+/// README.md is that file (a link to it), which also makes it the crate's page.
+const MANUAL_TEXT: &str = include_str!("../README.md");
 
 /// Installs the log subscriber: RUST_LOG when set (tracing's env-filter syntax), else the
 /// library's warnings with -v and its debug logs with -vv; none by default, so that

@@ -1,19 +1,18 @@
 //! `quorumlock bench` run as a user would, against real redis-server nodes: the report's
 //! figures, a slow node named, a frozen node survived, Ctrl-C cleaned up, `--json`, the
 //! refusals, and no key left behind on any node.
-#![cfg(feature = "cli")]
 
 mod cli_support;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use quorumlock::testkit::{Direction, ProxiedCluster, RedisCluster};
+use quorumlock_testkit::{Direction, ProxiedCluster, RedisCluster};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
-use cli_support::{code, output, stderr, stdout, BIN, LIMIT};
+use cli_support::{bare, code, output, stderr, stdout, LIMIT};
 
 /// Well above the 50 ms default, so that a machine loaded by parallel builds does not
 /// turn slow answers into failed nodes.
@@ -22,14 +21,10 @@ const NODE_TIMEOUT: &str = "250ms";
 /// `quorumlock bench` on `urls`, with nothing from the caller's environment that could
 /// change its behaviour.
 fn bench(urls: &[String]) -> Command {
-    let mut command = Command::new(BIN);
+    let mut command = bare();
     command
         .env("QUORUMLOCK_NODES", urls.join(","))
-        .env_remove("QUORUMLOCK_KEY_PREFIX")
-        .env_remove("QUORUMLOCK_CONNECT_TIMEOUT")
-        .args(["bench", "--node-timeout", NODE_TIMEOUT])
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+        .args(["bench", "--node-timeout", NODE_TIMEOUT]);
     command
 }
 

@@ -2,7 +2,7 @@
 //!
 //! [`start_containers`] runs `n` independent `redis:7-alpine` containers via
 //! the `testcontainers` crate and exposes the same kind of API as
-//! [`RedisCluster`](super::RedisCluster). Failure injection maps to container
+//! [`RedisCluster`](crate::RedisCluster). Failure injection maps to container
 //! operations: [`stop`](ContainerCluster::stop) / [`start`](ContainerCluster::start)
 //! (node down, then back on the same host port with its data directory) and
 //! [`pause`](ContainerCluster::pause) / [`unpause`](ContainerCluster::unpause)
@@ -14,8 +14,8 @@
 //! port free). Containers are removed when the cluster is dropped.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), quorumlock::testkit::TestkitError> {
-//! let mut cluster = quorumlock::testkit::start_containers(3).await?;
+//! # async fn demo() -> Result<(), quorumlock_testkit::TestkitError> {
+//! let mut cluster = quorumlock_testkit::start_containers(3).await?;
 //! let urls = cluster.urls();
 //! cluster.pause(1).await?;
 //! cluster.unpause(1).await?;
@@ -30,9 +30,11 @@ use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
-use super::cluster::{
-    self, free_port, free_ports, DirectNode, NodeOptions, NodeState, TestkitError,
-};
+use crate::direct::{self, DirectNode};
+use crate::error::TestkitError;
+use crate::options::NodeOptions;
+use crate::ports::{free_port, free_ports};
+use crate::state::NodeState;
 
 /// Image name of the nodes.
 const IMAGE: &str = "redis";
@@ -127,7 +129,7 @@ impl RedisContainer {
             state: NodeState::Running,
         };
         // The log line comes slightly before the port mapping is usable.
-        cluster::wait_until_answers(&node.url(), &node.address()).await?;
+        direct::wait_until_answers(&node.url(), &node.address()).await?;
         Ok(node)
     }
 
@@ -185,7 +187,7 @@ impl RedisContainer {
         }
         self.container.start().await?;
         self.state = NodeState::Running;
-        cluster::wait_until_answers(&self.url(), &self.address()).await
+        direct::wait_until_answers(&self.url(), &self.address()).await
     }
 
     /// Pauses the container (frozen node). No-op when paused; an error when stopped.
@@ -216,12 +218,12 @@ impl RedisContainer {
 
     /// `GET key` on a fresh connection (2 s budget).
     pub async fn get(&self, key: &str) -> Result<Option<String>, TestkitError> {
-        cluster::get(self, key).await
+        direct::get(self, key).await
     }
 
     /// `PTTL key` on a fresh connection (2 s budget).
     pub async fn pttl(&self, key: &str) -> Result<i64, TestkitError> {
-        cluster::pttl(self, key).await
+        direct::pttl(self, key).await
     }
 
     /// `SET key value [PX ttl]` on a fresh connection (2 s budget).
@@ -231,17 +233,17 @@ impl RedisContainer {
         value: &str,
         ttl: Option<Duration>,
     ) -> Result<(), TestkitError> {
-        cluster::set(self, key, value, ttl).await
+        direct::set(self, key, value, ttl).await
     }
 
     /// `FLUSHALL` on a fresh connection (2 s budget).
     pub async fn flush(&self) -> Result<(), TestkitError> {
-        cluster::flush(self).await
+        direct::flush(self).await
     }
 
     /// Every key matching `pattern` (`SCAN ... MATCH`), sorted.
     pub async fn keys(&self, pattern: &str) -> Result<Vec<String>, TestkitError> {
-        cluster::scan_keys(self, pattern).await
+        direct::scan_keys(self, pattern).await
     }
 }
 
@@ -325,17 +327,17 @@ impl ContainerCluster {
     /// Every key matching `pattern` on every node, indexed by node. Fails if
     /// any node is paused or stopped.
     pub async fn keys(&self, pattern: &str) -> Result<Vec<Vec<String>>, TestkitError> {
-        cluster::keys_on_all(&self.nodes, pattern).await
+        direct::keys_on_all(&self.nodes, pattern).await
     }
 
     /// Like [`keys`](Self::keys), but paused and stopped nodes yield an empty list.
     pub async fn keys_on_running(&self, pattern: &str) -> Result<Vec<Vec<String>>, TestkitError> {
-        cluster::keys_on_running(&self.nodes, pattern).await
+        direct::keys_on_running(&self.nodes, pattern).await
     }
 
     /// `FLUSHALL` on every node. Fails if any node is paused or stopped.
     pub async fn flush_all(&self) -> Result<(), TestkitError> {
-        cluster::flush_all(&self.nodes).await
+        direct::flush_all(&self.nodes).await
     }
 
     fn checked_mut(&mut self, index: usize) -> Result<&mut RedisContainer, TestkitError> {

@@ -38,41 +38,6 @@ use self::keys::Names;
 use self::probe::{NodeProbe, ProbeThread, Probes};
 use self::stats::{histogram, record};
 
-/// The most concurrent tasks one level may have: far above what one client process
-/// should run against a lock, low enough that a typo (`--concurrency 100000`) is refused.
-pub const MAX_CONCURRENCY: i64 = 10_000;
-
-/// Text shown at the end of `quorumlock bench --help`.
-pub const AFTER_HELP: &str = "\
-Examples:
-  quorumlock bench --nodes redis://10.0.0.1,redis://10.0.0.2,redis://10.0.0.3
-  quorumlock bench --concurrency 1,16,64 --duration 5s --plot latency.png
-  quorumlock bench --contended --concurrency 8 --ops 2000 --rate 200 --json
-
-Exit codes:
-  0    the run completed (nodes that failed meanwhile are named in the report)
-  64   usage error: malformed option, --concurrency 0, --rate 0
-  69   a node did not answer at the start, or no acquisition succeeded at some level
-  71   operating-system error (signal handler, writing the plot)
-  78   configuration error: no nodes, malformed URL, keys of this run already exist
-       (pass --force), --ttl and --node-timeout that do not fit, no font for --plot
-  130  interrupted by Ctrl-C (143 for SIGTERM): the keys were removed, and the report
-       covers what ran";
-
-/// Parses `--rate`: a positive number of operations per second.
-pub fn parse_rate(text: &str) -> Result<f64, String> {
-    let rate: f64 = text.trim().parse().map_err(|_| {
-        format!("invalid rate {text:?}: expected operations per second, such as 100 or 0.5")
-    })?;
-    if rate.is_finite() && rate > 0.0 {
-        Ok(rate)
-    } else {
-        Err(format!(
-            "invalid rate {text:?}: it must be above 0 (leave --rate out for no cap)"
-        ))
-    }
-}
-
 /// What the whole run measured, for the report.
 pub struct Bench {
     /// The run's key prefix.
@@ -878,40 +843,6 @@ impl Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
-        use clap::Parser;
-        let cli = crate::args::Cli::try_parse_from(["quorumlock", "bench"].iter().chain(args))?;
-        match cli.command {
-            crate::args::Command::Bench(bench) => Ok(bench),
-            other => panic!("not bench: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn the_command_line_takes_sweeps_and_the_last_fairness_flag() {
-        let args = parse(&["--concurrency", "1,16,64", "--no-fair"]).unwrap();
-        assert_eq!(args.concurrency, [1, 16, 64]);
-        assert!(args.no_fair);
-        assert_eq!(args.duration, Duration::from_secs(10));
-        assert_eq!(args.ttl, Duration::from_secs(10));
-        assert!(!parse(&["--no-fair", "--fair"]).unwrap().no_fair);
-        assert!(parse(&["--fair", "--no-fair"]).unwrap().no_fair);
-        assert_eq!(parse(&[]).unwrap().concurrency, [1]);
-        let conflict = parse(&["--duration", "1s", "--ops", "5"]).unwrap_err();
-        assert_eq!(conflict.kind(), clap::error::ErrorKind::ArgumentConflict);
-        let zero = parse(&["--concurrency", "0"]).unwrap_err();
-        assert_eq!(zero.kind(), clap::error::ErrorKind::ValueValidation);
-    }
-
-    #[test]
-    fn rates_must_be_positive() {
-        assert_eq!(parse_rate("100"), Ok(100.0));
-        assert_eq!(parse_rate("0.5"), Ok(0.5));
-        for bad in ["0", "-1", "abc", "inf", "NaN", ""] {
-            assert!(parse_rate(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[tokio::test(start_paused = true)]
     async fn the_limiter_spaces_starts() {

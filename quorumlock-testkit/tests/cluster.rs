@@ -1,9 +1,8 @@
 //! Tests of the test harness itself: real redis-server processes, failure injection, cleanup.
-#![cfg(feature = "testkit")]
 
 use std::time::Duration;
 
-use quorumlock::testkit::{NodeOptions, NodeState, Persistence, RedisCluster, TestkitError};
+use quorumlock_testkit::{NodeOptions, NodeState, Persistence, RedisCluster, TestkitError};
 
 /// A connection with a short response timeout, for probing a node the way a lock client would.
 async fn connection(

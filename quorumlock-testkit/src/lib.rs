@@ -1,5 +1,5 @@
-//! Test harness: real, independent Redis nodes for exercising locks
-//! (feature `testkit`).
+//! Test harness: real, independent Redis nodes for exercising distributed locks (such as
+//! [`quorumlock`](https://docs.rs/quorumlock)'s) against real faults.
 //!
 //! [`RedisCluster::start`] launches `n` local `redis-server` processes, each on
 //! a free `127.0.0.1` port with its own temporary directory, and returns once
@@ -44,14 +44,15 @@
 //! With the `testcontainers` feature, the `containers` module offers the same kind of
 //! cluster backed by `redis:7-alpine` containers, for machines without a local
 //! `redis-server` but with Docker.
+
 //!
 //! # Example
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use quorumlock::testkit::{NodeState, RedisCluster};
+//! use quorumlock_testkit::{NodeState, RedisCluster};
 //!
-//! # async fn demo() -> Result<(), quorumlock::testkit::TestkitError> {
+//! # async fn demo() -> Result<(), quorumlock_testkit::TestkitError> {
 //! let mut cluster = RedisCluster::start(3).await?;
 //! let urls = cluster.urls(); // hand these to the lock under test
 //! assert_eq!(urls.len(), 3);
@@ -75,17 +76,32 @@
 //! # }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
+
+mod binary;
 mod cluster;
 #[cfg(feature = "testcontainers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testcontainers")))]
 pub mod containers;
+mod direct;
+mod error;
+mod options;
+mod ports;
+mod process;
 mod proxy;
+mod signal;
+mod state;
 mod tls;
 
-pub use cluster::{
-    NodeOptions, NodeState, NodeTls, Persistence, RedisCluster, RedisProcess, TestkitError,
-    REDIS_SERVER_ENV,
-};
+pub use binary::REDIS_SERVER_ENV;
+pub use cluster::RedisCluster;
 #[cfg(feature = "testcontainers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testcontainers")))]
 pub use containers::{start_containers, start_containers_with, ContainerCluster, RedisContainer};
+pub use error::TestkitError;
+pub use options::{NodeOptions, NodeTls, Persistence};
+pub use process::RedisProcess;
 pub use proxy::{Direction, FaultProxy, ProxiedCluster, ResetWhen, Tap};
+pub use state::NodeState;
 pub use tls::TestCertificates;

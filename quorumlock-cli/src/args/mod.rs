@@ -1,14 +1,19 @@
-//! The command line: subcommands, options and their help.
+//! The command line: subcommands, options and their help; the options of `run` and
+//! `bench` in files of their own.
 
-use std::ffi::OsString;
+mod bench;
+mod run;
+
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::duration::{parse_duration, parse_wait};
+use crate::duration::parse_duration;
 use crate::exit;
-use crate::nodes::NodeParser;
-use crate::signal::{parse_on_lost, OnLost};
+use crate::node_url::NodeParser;
+
+pub use self::bench::BenchArgs;
+pub use self::run::{Orphans, RunArgs};
 
 /// Where the full manual is, for a binary installed without the repository.
 pub const MANUAL: &str = "The full manual (docs/cli.md) is built in: `quorumlock manual`.";
@@ -35,27 +40,6 @@ Examples:
         exit::TABLE
     )
 }
-
-/// Text shown at the end of `quorumlock run --help`.
-const RUN_AFTER_HELP: &str = "\
-The command sees these environment variables:
-  QUORUMLOCK_RESOURCE       the lock name
-  QUORUMLOCK_TOKEN          the lock's token (what `quorumlock release --token` takes)
-  QUORUMLOCK_FENCING_TOKEN  the fencing token, with --fencing: pass it with every write
-                            to the protected resource so it can refuse stale holders
-
-The command runs in a process group of its own (unless --foreground): lost-lock
-signals, signals passed on and SIGKILL go to the whole group, its background
-processes included, and the lock is released only once the group is gone (--orphans).
-
-Exit codes:
-  the command's own status when it ran (128+N when killed by signal N)
-  64   usage error           69   no quorum of nodes reachable
-  70   lock lost while the command ran (the command was signalled)
-  75   lock held elsewhere (after --wait), or the code given with -E
-  78   configuration error   126/127  command not executable / not found
-
-The full manual (docs/cli.md) is built in: `quorumlock manual`.";
 
 /// A distributed `flock` on Redis: run a command while holding a lock that a quorum of
 /// independent Redis nodes agrees on (the Redlock algorithm).
@@ -213,7 +197,7 @@ pub enum Command {
     /// the lock is released once the group is gone.
     /// Standard input, output and error are the command's: quorumlock itself writes only
     /// to stderr.
-    #[command(after_help = RUN_AFTER_HELP)]
+    #[command(after_help = run::AFTER_HELP)]
     Run(RunArgs),
 
     /// Show the lock on each node: the token stored, the time left, and whether a quorum
@@ -245,102 +229,10 @@ pub enum Command {
     /// refuses to start when a key it would use already exists (unless --force), and when a
     /// node does not answer at the start. Use --rate to cap the load on a production
     /// deployment. See docs/cli.md, "quorumlock bench".
-    #[command(after_help = crate::bench::AFTER_HELP)]
+    #[command(after_help = bench::AFTER_HELP)]
     Bench(BenchArgs),
     /// Print the full manual (docs/cli.md, built into the binary) on stdout.
     Manual,
-}
-
-/// What `run` does when the command exits while processes it started in the background
-/// are still running in its process group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Orphans {
-    /// Keep the lock (extending it) until every process of the group has exited.
-    Wait,
-    /// Send them SIGTERM, then SIGKILL after --kill-after, and release once they are gone.
-    Kill,
-    /// Release at once and leave them running, outside the lock (with a warning).
-    Leave,
-}
-
-/// `quorumlock run`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The lock's name: every `run` with the same name and nodes excludes the others.
-    #[arg(short, long, value_name = "NAME")]
-    pub resource: String,
-
-    /// How long the lock outlives this process if it dies without releasing it. The lock
-    /// is extended every third of it while the command runs.
-    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
-    pub ttl: Duration,
-
-    /// Wait up to this long for the lock when it is held elsewhere (or the nodes are
-    /// unreachable), retrying as soon as it is released; then exit 75 (69 if no quorum).
-    /// A bare number is seconds, as with flock -w. Without it, one attempt is made.
-    #[arg(
-        short,
-        long,
-        value_name = "DURATION",
-        value_parser = parse_wait,
-        conflicts_with = "no_wait"
-    )]
-    pub wait: Option<Duration>,
-
-    /// Make one attempt, and exit 75 at once if the lock is held elsewhere (the default).
-    #[arg(short, long)]
-    pub no_wait: bool,
-
-    /// The exit code when the lock is held elsewhere (at once, or when --wait ran out),
-    /// instead of 75, so that it cannot be mistaken for a command's own status.
-    #[arg(short = 'E', long, value_name = "CODE", default_value_t = exit::HELD)]
-    pub conflict_exit_code: u8,
-
-    /// Mint a fencing token (a number larger than that of every earlier holder of this
-    /// lock) and pass it to the command as QUORUMLOCK_FENCING_TOKEN.
-    #[arg(long)]
-    pub fencing: bool,
-
-    /// With --fencing, use nodes that keep no append-only file anyway (refused by
-    /// default: a node restarted empty forgets its counters, and a later holder could get
-    /// an old token).
-    #[arg(long, requires = "fencing")]
-    pub fencing_on_volatile_nodes: bool,
-
-    /// The signal sent to the command's process group when the lock is lost: a name (TERM,
-    /// INT, HUP, KILL, USR1, ...), a number, or "none" to let it finish (quorumlock still
-    /// exits 70).
-    #[arg(long, default_value = "TERM", value_name = "SIGNAL", value_parser = parse_on_lost)]
-    pub on_lost: OnLost,
-
-    /// After --on-lost, a signal passed on or --orphans kill, how long the command's process
-    /// group has to exit before it gets SIGKILL.
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
-    pub kill_after: Duration,
-
-    /// Stop extending the lock after this long in total; the lock then expires, and the
-    /// command is treated as having lost it. Guards against a hung command holding the lock
-    /// forever.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub max_hold: Option<Duration>,
-
-    /// When the command exits while processes it started are still running in its
-    /// process group: keep the lock until they are gone (wait), stop them (kill), or
-    /// release and leave them running (leave).
-    #[arg(long, value_enum, default_value_t = Orphans::Wait, value_name = "WHAT")]
-    pub orphans: Orphans,
-
-    /// Run the command in quorumlock's own process group rather than one of its own, so
-    /// that it can read from the terminal and gets Ctrl-C from it directly; only the
-    /// command's own process is then signalled, not its children.
-    #[arg(long)]
-    pub foreground: bool,
-
-    /// The command to run and its arguments (after --, so its options are not read as
-    /// quorumlock's). Everything from the command's first word on is the command's; an
-    /// unknown option before it is a usage error, so a mistyped option is never run.
-    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
 }
 
 /// `quorumlock status`.
@@ -361,68 +253,6 @@ pub struct ReleaseArgs {
     /// The holder's token: only a key holding exactly this token is deleted.
     #[arg(long, value_name = "TOKEN")]
     pub token: String,
-}
-
-/// `quorumlock bench`.
-#[derive(Debug, Clone, Args)]
-pub struct BenchArgs {
-    /// Concurrent tasks, or a comma-separated sweep (one row each): 1,16,64.
-    #[arg(
-        long,
-        default_value = "1",
-        value_delimiter = ',',
-        value_name = "N,...",
-        value_parser = clap::value_parser!(u32).range(1..=crate::bench::MAX_CONCURRENCY)
-    )]
-    pub concurrency: Vec<u32>,
-
-    /// All tasks take one resource, so each waits for the others (reports wait time and
-    /// how evenly the tasks were served); otherwise each task has its own.
-    #[arg(long)]
-    pub contended: bool,
-
-    /// How long each concurrency level runs.
-    #[arg(
-        long,
-        default_value = "10s",
-        value_name = "DURATION",
-        value_parser = parse_duration,
-        conflicts_with = "ops"
-    )]
-    pub duration: Duration,
-
-    /// Run this many acquire + release cycles per concurrency level instead of --duration.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub ops: Option<u64>,
-
-    /// At most this many cycles per second, all tasks together (decimals allowed).
-    #[arg(long, value_name = "OPS", value_parser = crate::bench::parse_rate)]
-    pub rate: Option<f64>,
-
-    /// The TTL of every lock taken.
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
-    pub ttl: Duration,
-
-    /// Waiters of a contended lock queue on the nodes, first come first served (the
-    /// library's default).
-    #[arg(long, overrides_with = "no_fair")]
-    pub fair: bool,
-
-    /// Waiters race for each release instead of queueing.
-    #[arg(long, overrides_with = "fair")]
-    pub no_fair: bool,
-
-    /// Draw the latency distribution of each level into this PNG file.
-    #[arg(long, value_name = "FILE.png")]
-    pub plot: Option<std::path::PathBuf>,
-
-    /// Names the run in the key prefix instead of a random id (letters, digits, - and _).
-    #[arg(long, value_name = "ID")]
-    pub run_id: Option<String>,
-
-    /// Run even when keys this run would use already exist; they are left alone.
-    #[arg(long)]
-    pub force: bool,
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! `release` and `--help`; and, as cron uses it beside flock(1) and timeout(1), whole
 //! process trees under the lock, flock's flags, quiet skips, node syntax errors, degraded
 //! nodes and logs.
-#![cfg(feature = "cli")]
 
 mod cli_support;
 
@@ -13,12 +12,12 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::RedisCluster;
+use quorumlock_testkit::RedisCluster;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, Command};
 
-use cli_support::{code, output, stderr, stdout, BIN, LIMIT};
+use cli_support::{bare, code, output, stderr, stdout, LIMIT};
 
 /// The per-node timeout of the `run`s here: well above the 50 ms default, so that a
 /// machine loaded by parallel builds does not turn slow answers into failed nodes (the
@@ -34,17 +33,6 @@ async fn cluster(n: usize) -> RedisCluster {
 fn quorumlock(cluster: &RedisCluster) -> Command {
     let mut command = bare();
     command.env("QUORUMLOCK_NODES", cluster.urls().join(","));
-    command
-}
-
-/// `quorumlock` without nodes.
-fn bare() -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .env_remove("QUORUMLOCK_NODES")
-        .env_remove("QUORUMLOCK_KEY_PREFIX")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
     command
 }
 
@@ -1148,12 +1136,12 @@ async fn degraded_nodes_are_named_and_events_carry_time_and_tally() {
 /// connect is held to 150 ms as well does not.
 #[tokio::test]
 async fn a_connect_is_bounded_by_the_connect_timeout_not_the_node_timeout() {
-    let proxied = quorumlock::testkit::ProxiedCluster::start(3)
+    let proxied = quorumlock_testkit::ProxiedCluster::start(3)
         .await
         .expect("redis-server nodes behind proxies");
     for proxy in proxied.proxies() {
         proxy.set_latency(
-            quorumlock::testkit::Direction::ToClient,
+            quorumlock_testkit::Direction::ToClient,
             Duration::from_millis(100),
             Duration::ZERO,
         );
