@@ -152,7 +152,13 @@
 //! [Redlock]: https://redis.io/docs/latest/develop/use/patterns/distributed-locks/
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(missing_docs)]
+// The lints this crate passes, declared so that it keeps passing them.
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
 
 /// The `redis` crate this one is built on, whose [`Client`](redis::Client) and
 /// [`ConnectionInfo`](redis::ConnectionInfo) [`Redlock::from_clients`] and
@@ -202,3 +208,9 @@ pub use single::RedisLock;
 pub use tls::TlsOptions;
 pub use token::LockToken;
 pub use watchdog::AutoExtend;
+
+/// The README's examples, compiled (and, but for the one that needs real nodes, run) as
+/// doctests, so that the first code a user copies cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
