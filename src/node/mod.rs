@@ -11,7 +11,7 @@ mod identity;
 mod link;
 mod redis;
 mod releases;
-mod scripts;
+pub(crate) mod scripts;
 mod unawaited;
 
 use std::fmt;

@@ -18,14 +18,14 @@
 //! (scripts replicated by their effects).
 
 /// The queue of the lock key `key` is this prefix and the key: the waiters in order.
-pub(super) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
+pub(crate) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
 
 /// The deadlines of the waiters in the queue of `key` are under this prefix and the key.
-pub(super) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
+pub(crate) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
 
 /// The marker that asks for the releases of `key` to be announced on its channel is this
 /// prefix and the key.
-pub(super) const WATCHED_PREFIX: &str = "quorumlock:watched:";
+pub(crate) const WATCHED_PREFIX: &str = "quorumlock:watched:";
 
 /// Lua shared by the queue scripts: the reservation prefix and the node's clock.
 macro_rules! queue_lua {
@@ -88,7 +88,7 @@ end
 /// `SET NX PX` instead.)
 ///
 /// KEYS: the lock keys. ARGV: token, TTL in ms.
-pub(super) const LOCK: &str = r#"
+pub(crate) const LOCK: &str = r#"
 for _, key in ipairs(KEYS) do
     if redis.call("EXISTS", key) == 1 then
         return 0
@@ -106,7 +106,7 @@ return 1
 ///
 /// KEYS: the lock keys, then the first key's watch marker. ARGV: token, TTL in ms,
 /// interest in ms.
-pub(super) const LOCK_WATCHING: &str = r#"
+pub(crate) const LOCK_WATCHING: &str = r#"
 local n = #KEYS - 1
 for i = 1, n do
     if redis.call("EXISTS", KEYS[i]) == 1 then
@@ -129,7 +129,7 @@ return 1
 ///
 /// KEYS: the lock key, then its queue and deadlines. ARGV: token, TTL in ms,
 /// waiter id, ticket, place lifetime in ms.
-pub(super) const LOCK_QUEUED: &str = concat!(
+pub(crate) const LOCK_QUEUED: &str = concat!(
     queue_lua!(),
     r#"
 local n = #KEYS - 2
@@ -169,7 +169,7 @@ return 1
 /// KEYS: the n lock keys, each key's queue and deadlines (in the keys' order), then each
 /// key's watch marker. ARGV: token, TTL in ms, waiter id, ticket, place lifetime in ms,
 /// channel prefix.
-pub(super) const LOCK_QUEUED_MANY: &str = concat!(
+pub(crate) const LOCK_QUEUED_MANY: &str = concat!(
     queue_lua!(),
     pass_on_lua!(),
     r#"
@@ -230,7 +230,7 @@ return 1
 /// KEYS: the n lock keys, each key's queue and deadlines (in the keys' order), then the n
 /// keys' watch markers; for one key, the key, its queue, its deadlines and its marker.
 /// ARGV: token, channel prefix.
-pub(super) const UNLOCK: &str = concat!(
+pub(crate) const UNLOCK: &str = concat!(
     queue_lua!(),
     pass_on_lua!(),
     r#"
@@ -258,7 +258,7 @@ return all
 ///
 /// KEYS: as for [`UNLOCK`]: the lock keys, each one's queue and deadlines, each one's
 /// watch marker. ARGV: waiter id, channel prefix.
-pub(super) const LEAVE_QUEUE: &str = concat!(
+pub(crate) const LEAVE_QUEUE: &str = concat!(
     queue_lua!(),
     pass_on_lua!(),
     r#"
@@ -281,7 +281,7 @@ return 1
 /// a lock that expired or was flushed cannot be revived.
 ///
 /// KEYS: the lock keys. ARGV: token, TTL in ms.
-pub(super) const EXTEND: &str = r#"
+pub(crate) const EXTEND: &str = r#"
 for _, key in ipairs(KEYS) do
     if redis.call("GET", key) ~= ARGV[1] then
         return 0

@@ -104,6 +104,8 @@
 mod clock;
 mod cluster;
 mod node;
+mod server;
 
 pub use self::cluster::SimCluster;
 pub use self::node::{Applied, Op, OpRecord, Outcome, Reply, SimNode, Stored};
+pub use self::server::{Data, Keyspace, LiveKey, NodeScript, Published, ScriptHost, ServerReply};
