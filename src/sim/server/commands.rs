@@ -72,6 +72,11 @@ fn unsupported(command: &str, option: &[u8]) -> ServerReply {
     ))
 }
 
+/// A count as an integer reply.
+fn counted(count: usize) -> ServerReply {
+    ServerReply::Integer(i64::try_from(count).unwrap_or(i64::MAX))
+}
+
 fn not_an_integer() -> ServerReply {
     ServerReply::err("value is not an integer or out of range")
 }
@@ -120,13 +125,13 @@ impl Keyspace {
             "PEXPIRE" => self.pexpire(args, now_ms),
             "PTTL" => Ok(self.pttl(args[1], now_ms)),
             "ZADD" => self.zadd(args, now_ms),
-            "ZREM" => self.zrem(args[1], &args[2..], now_ms),
+            "ZREM" => self.remove_items(args[1], &args[2..], now_ms, true),
             "ZRANGE" => self.zrange(args, now_ms),
             "ZSCORE" => self.zscore(args[1], args[2], now_ms),
             "ZCARD" => self.zcard(args[1], now_ms),
             "HSET" => self.hset(args, now_ms),
             "HGET" => self.hget(args[1], args[2], now_ms),
-            "HDEL" => self.hdel(args[1], &args[2..], now_ms),
+            "HDEL" => self.remove_items(args[1], &args[2..], now_ms, false),
             "PUBLISH" => {
                 self.publish(args[1], args[2]);
                 // Nobody subscribes to the simulated server.
@@ -147,8 +152,7 @@ impl Keyspace {
         keys: &[&[u8]],
         mut counts: impl FnMut(&mut Keyspace, &[u8]) -> bool,
     ) -> ServerReply {
-        let counted = keys.iter().filter(|key| counts(self, key)).count();
-        ServerReply::Integer(i64::try_from(counted).unwrap_or(i64::MAX))
+        counted(keys.iter().filter(|key| counts(self, key)).count())
     }
 
     fn get(&mut self, key: &[u8], now_ms: u64) -> Result<ServerReply, ServerReply> {
@@ -287,28 +291,7 @@ impl Keyspace {
             .into_iter()
             .filter(|(score, member)| members.insert(member.to_vec(), *score).is_none())
             .count();
-        Ok(ServerReply::Integer(
-            i64::try_from(added).unwrap_or(i64::MAX),
-        ))
-    }
-
-    fn zrem(
-        &mut self,
-        key: &[u8],
-        members: &[&[u8]],
-        now_ms: u64,
-    ) -> Result<ServerReply, ServerReply> {
-        let Some(set) = self.zset(key, now_ms)? else {
-            return Ok(ServerReply::Integer(0));
-        };
-        let removed = members
-            .iter()
-            .filter(|member| set.remove(**member).is_some())
-            .count();
-        self.drop_if_empty(key);
-        Ok(ServerReply::Integer(
-            i64::try_from(removed).unwrap_or(i64::MAX),
-        ))
+        Ok(counted(added))
     }
 
     /// `ZRANGE key start stop [WITHSCORES]`, by rank.
@@ -365,9 +348,7 @@ impl Keyspace {
 
     fn zcard(&mut self, key: &[u8], now_ms: u64) -> Result<ServerReply, ServerReply> {
         let count = self.zset(key, now_ms)?.map_or(0, |set| set.len());
-        Ok(ServerReply::Integer(
-            i64::try_from(count).unwrap_or(i64::MAX),
-        ))
+        Ok(counted(count))
     }
 
     /// The hash under `key` (`None`: no key); a key of another type is an error.
@@ -394,9 +375,7 @@ impl Keyspace {
             .chunks(2)
             .filter(|pair| fields.insert(pair[0].to_vec(), pair[1].to_vec()).is_none())
             .count();
-        Ok(ServerReply::Integer(
-            i64::try_from(added).unwrap_or(i64::MAX),
-        ))
+        Ok(counted(added))
     }
 
     fn hget(&mut self, key: &[u8], field: &[u8], now_ms: u64) -> Result<ServerReply, ServerReply> {
@@ -406,23 +385,29 @@ impl Keyspace {
         Ok(value.map_or(ServerReply::Nil, ServerReply::Bulk))
     }
 
-    fn hdel(
+    /// `ZREM` (`sorted_set`) or `HDEL`: removes members or fields, and the key with the
+    /// last one.
+    fn remove_items(
         &mut self,
         key: &[u8],
-        fields: &[&[u8]],
+        items: &[&[u8]],
         now_ms: u64,
+        sorted_set: bool,
     ) -> Result<ServerReply, ServerReply> {
-        let Some(hash) = self.hash(key, now_ms)? else {
-            return Ok(ServerReply::Integer(0));
+        let removed = match self.entry(key, now_ms).map(|entry| &mut entry.data) {
+            None => 0,
+            Some(Data::SortedSet(members)) if sorted_set => items
+                .iter()
+                .filter(|item| members.remove(**item).is_some())
+                .count(),
+            Some(Data::Hash(fields)) if !sorted_set => items
+                .iter()
+                .filter(|item| fields.remove(**item).is_some())
+                .count(),
+            Some(_) => return Err(ServerReply::wrong_type()),
         };
-        let removed = fields
-            .iter()
-            .filter(|field| hash.remove(**field).is_some())
-            .count();
         self.drop_if_empty(key);
-        Ok(ServerReply::Integer(
-            i64::try_from(removed).unwrap_or(i64::MAX),
-        ))
+        Ok(counted(removed))
     }
 }
 

@@ -97,19 +97,28 @@ mod tests {
 
     #[test]
     fn keys_follow_the_node_layout() {
+        // One key: the key, its queue, its deadlines and its marker.
         assert_eq!(
-            NodeScript::Unlock.keys(&["a", "b"]),
+            NodeScript::Unlock.keys(&["a"]),
             [
                 "a",
-                "b",
                 "quorumlock:waiters:a",
                 "quorumlock:waiter-deadlines:a",
+                "quorumlock:watched:a",
+            ]
+        );
+        let many = NodeScript::LockQueuedMany.keys(&["a", "b"]);
+        assert_eq!(many.len(), 8);
+        assert_eq!(
+            many[4..],
+            [
                 "quorumlock:waiters:b",
                 "quorumlock:waiter-deadlines:b",
                 "quorumlock:watched:a",
                 "quorumlock:watched:b",
             ]
         );
+        assert_eq!(NodeScript::LeaveQueue.keys(&["a", "b"]), many);
         assert_eq!(
             NodeScript::LockWatching.keys(&["a", "b"]),
             ["a", "b", "quorumlock:watched:a"]
