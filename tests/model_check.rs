@@ -13,6 +13,10 @@
 
 #[path = "model_check/protocol.rs"]
 mod protocol;
+#[path = "model_check/requests.rs"]
+mod requests;
+#[path = "model_check/rounds.rs"]
+mod rounds;
 
 use std::time::Instant;
 

@@ -27,31 +27,26 @@
 //! - an error raised by `redis.call` is located one line off (`script_host.rs`): the
 //!   `WRONGTYPE` errors of the queue scripts differ.
 
+#[path = "script_host/real.rs"]
+mod real;
+#[path = "script_host/steps.rs"]
+mod steps;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
-use quorumlock::sim::{Data, LiveKey, NodeScript, ScriptHost, ServerReply};
+use quorumlock::sim::{Data, LiveKey, ScriptHost, ServerReply};
 use quorumlock::testkit::RedisCluster;
-use redis::{ConnectionLike, Value};
+
+use real::Real;
+use steps::{resolve, sequence, Step, Timed};
 
 /// How far apart a TTL, or a queue deadline, may be on the two servers: what they read of
 /// the clock differs by the time a step takes to reach the real one.
 const TOLERANCE_MS: i64 = 250;
-
-/// The lock keys the sequences use.
-const KEYS: [&str; 3] = ["a", "b", "c"];
-const QUEUE: &str = "quorumlock:waiters:";
-const DEADLINES: &str = "quorumlock:waiter-deadlines:";
-const WATCHED: &str = "quorumlock:watched:";
-const RESERVED: &str = "quorumlock:reserved:";
-const FENCE: &str = "quorumlock:fence:";
-/// A channel the test publishes on after each step, to know it has seen all of its messages.
-const SENTINEL: &str = "script-host-test:step-done";
-/// Microseconds since the epoch, as the lock's tickets are.
-const TICKET_BASE: u64 = 1_700_000_000_000_000;
 
 fn cases() -> u32 {
     std::env::var("QUORUMLOCK_PROPTEST_CASES").map_or(1_000, |value| {
@@ -60,286 +55,6 @@ fn cases() -> u32 {
             .parse()
             .expect("QUORUMLOCK_PROPTEST_CASES is a whole number")
     })
-}
-
-/// One argument of a command: text, or a deadline relative to the step's clock reading.
-#[derive(Debug, Clone)]
-enum Arg {
-    Text(String),
-    NowPlusMs(i64),
-}
-
-/// One step, run on both servers: commands one after the other, or a script.
-#[derive(Debug, Clone)]
-enum Step {
-    Commands(Vec<Vec<Arg>>),
-    Script {
-        script: NodeScript,
-        keys: Vec<String>,
-        argv: Vec<String>,
-    },
-}
-
-/// A step, and whether it used a tiny duration (then both servers wait it out).
-#[derive(Debug, Clone)]
-struct Timed {
-    step: Step,
-    tiny: bool,
-}
-
-fn text(words: &[&str]) -> Vec<Arg> {
-    words
-        .iter()
-        .map(|word| Arg::Text((*word).to_owned()))
-        .collect()
-}
-
-/// A duration in ms: mostly long, sometimes tiny.
-fn duration(long: &'static [u64]) -> impl Strategy<Value = (String, bool)> {
-    prop_oneof![
-        3 => proptest::sample::select(long).prop_map(|ms| (ms.to_string(), false)),
-        1 => proptest::sample::select(&[1u64, 2][..]).prop_map(|ms| (ms.to_string(), true)),
-    ]
-}
-
-/// Lock keys, mostly `a` alone or first, so that the steps of a sequence meet on it.
-fn keys() -> impl Strategy<Value = Vec<&'static str>> {
-    prop_oneof![
-        2 => Just(vec!["a"]),
-        3 => proptest::sample::subsequence(KEYS.to_vec(), 1..=3).prop_shuffle(),
-    ]
-}
-
-fn key() -> impl Strategy<Value = &'static str> {
-    prop_oneof![2 => Just("a"), 1 => proptest::sample::select(&KEYS[..])]
-}
-
-/// Tokens, mostly `t1`, so that releases and extensions often hold the key.
-fn token() -> impl Strategy<Value = String> {
-    prop_oneof![2 => Just("t1"), 1 => proptest::sample::select(&["t2", "t3"][..])]
-        .prop_map(str::to_owned)
-}
-
-/// Waiters of two clients, and one id without a client part.
-fn waiter() -> impl Strategy<Value = String> {
-    proptest::sample::select(&["c1:w1", "c1:w2", "c2:w3", "w4"][..]).prop_map(str::to_owned)
-}
-
-fn ticket() -> impl Strategy<Value = String> {
-    proptest::sample::select(&[0u64, 1, 1, 2, 5][..])
-        .prop_map(|offset| (TICKET_BASE + offset).to_string())
-}
-
-/// The channel prefix; mostly the one a node announces on, sometimes none.
-fn channel() -> impl Strategy<Value = String> {
-    prop_oneof![3 => Just("quorumlock:released:"), 1 => Just("")].prop_map(str::to_owned)
-}
-
-fn script(script: NodeScript, keys: &[&str], argv: Vec<String>, tiny: bool) -> Timed {
-    Timed {
-        step: Step::Script {
-            script,
-            keys: script.keys(keys),
-            argv,
-        },
-        tiny,
-    }
-}
-
-/// A node script call with arguments of the shapes the node sends.
-fn script_call() -> impl Strategy<Value = Timed> {
-    let ttl = || duration(&[30_000, 60_000, 90_000]);
-    let lifetime = || duration(&[60_000, 120_000]);
-    // Weighted toward the queue: a hand-off needs a holder, a queued waiter and a release.
-    prop_oneof![
-        2 => (keys(), token(), ttl()).prop_map(|(keys, token, (ttl, tiny))| {
-            script(NodeScript::Lock, &keys, vec![token, ttl], tiny)
-        }),
-        1 => (keys(), token(), ttl(), duration(&[30_000, 60_000])).prop_map(
-            |(keys, token, (ttl, a), (interest, b))| {
-                script(
-                    NodeScript::LockWatching,
-                    &keys,
-                    vec![token, ttl, interest],
-                    a || b,
-                )
-            }
-        ),
-        3 => (key(), token(), ttl(), waiter(), ticket(), lifetime()).prop_map(
-            |(key, token, (ttl, a), waiter, ticket, (lifetime, b))| {
-                let argv = vec![token, ttl, waiter, ticket, lifetime];
-                script(NodeScript::LockQueued, &[key], argv, a || b)
-            }
-        ),
-        2 => (
-            keys(),
-            token(),
-            ttl(),
-            waiter(),
-            ticket(),
-            lifetime(),
-            channel()
-        )
-            .prop_map(
-                |(keys, token, (ttl, a), waiter, ticket, (lifetime, b), channel)| {
-                    let argv = vec![token, ttl, waiter, ticket, lifetime, channel];
-                    script(NodeScript::LockQueuedMany, &keys, argv, a || b)
-                }
-            ),
-        3 => (keys(), token(), channel()).prop_map(|(keys, token, channel)| {
-            script(NodeScript::Unlock, &keys, vec![token, channel], false)
-        }),
-        2 => (keys(), waiter(), channel()).prop_map(|(keys, waiter, channel)| {
-            script(NodeScript::LeaveQueue, &keys, vec![waiter, channel], false)
-        }),
-        1 => (keys(), token(), ttl()).prop_map(|(keys, token, (ttl, tiny))| {
-            script(NodeScript::Extend, &keys, vec![token, ttl], tiny)
-        }),
-        1 => (
-            keys(),
-            proptest::sample::select(&[1u64, 5, 41, 1 << 53][..])
-        )
-            .prop_map(|(keys, value)| {
-                let counters: Vec<String> =
-                    keys.iter().map(|key| format!("{FENCE}{key}")).collect();
-                let counters: Vec<&str> = counters.iter().map(String::as_str).collect();
-                script(
-                    NodeScript::RaiseCounter,
-                    &counters,
-                    vec![value.to_string()],
-                    false,
-                )
-            }),
-    ]
-}
-
-/// The plain commands of a node: the single-key lock, holds and read-counter.
-fn node_command() -> impl Strategy<Value = Timed> {
-    let command = |words: Vec<String>, tiny| Timed {
-        step: Step::Commands(vec![words.into_iter().map(Arg::Text).collect()]),
-        tiny,
-    };
-    let values = |keys: Vec<String>| {
-        let verb = if keys.len() == 1 { "GET" } else { "MGET" };
-        [vec![verb.to_owned()], keys].concat()
-    };
-    prop_oneof![
-        (key(), token(), duration(&[30_000, 60_000])).prop_map(move |(key, token, (ttl, tiny))| {
-            let words = ["SET", key, &token, "NX", "PX", &ttl].map(str::to_owned);
-            command(words.to_vec(), tiny)
-        }),
-        keys().prop_map(move |keys| {
-            command(
-                values(keys.iter().map(|key| (*key).to_owned()).collect()),
-                false,
-            )
-        }),
-        keys().prop_map(move |keys| {
-            command(
-                values(keys.iter().map(|key| format!("{FENCE}{key}")).collect()),
-                false,
-            )
-        }),
-    ]
-}
-
-/// Writes that set up a state: held and reserved keys, queue places live or lapsed (or with
-/// no deadline at all), watch markers, counters, and keys of the wrong type.
-fn seed() -> impl Strategy<Value = Timed> {
-    let timed = |step, tiny| Timed { step, tiny };
-    let holder = prop_oneof![
-        token(),
-        waiter().prop_map(|waiter| format!("{RESERVED}{waiter}"))
-    ];
-    prop_oneof![
-        (key(), holder, duration(&[30_000, 60_000])).prop_map(move |(key, value, (ttl, tiny))| {
-            timed(
-                Step::Commands(vec![text(&["SET", key, &value, "PX", &ttl])]),
-                tiny,
-            )
-        }),
-        (key(), ticket(), waiter()).prop_map(move |(key, ticket, waiter)| {
-            let queue = format!("{QUEUE}{key}");
-            timed(
-                Step::Commands(vec![text(&["ZADD", &queue, &ticket, &waiter])]),
-                false,
-            )
-        }),
-        (
-            key(),
-            ticket(),
-            waiter(),
-            proptest::sample::select(&[-5_000i64, 60_000, 60_000][..])
-        )
-            .prop_map(move |(key, ticket, waiter, offset)| {
-                let queue = format!("{QUEUE}{key}");
-                let mut deadline = text(&["HSET", &format!("{DEADLINES}{key}"), &waiter]);
-                deadline.push(Arg::NowPlusMs(offset));
-                let place = vec![text(&["ZADD", &queue, &ticket, &waiter]), deadline];
-                timed(Step::Commands(place), false)
-            }),
-        (key(), duration(&[30_000, 60_000])).prop_map(move |(key, (ttl, tiny))| {
-            timed(
-                Step::Commands(vec![text(&[
-                    "SET",
-                    &format!("{WATCHED}{key}"),
-                    "1",
-                    "PX",
-                    &ttl,
-                ])]),
-                tiny,
-            )
-        }),
-        (key(), proptest::sample::select(&["7", "0", "x"][..])).prop_map(move |(key, value)| {
-            timed(
-                Step::Commands(vec![text(&["SET", &format!("{FENCE}{key}"), value])]),
-                false,
-            )
-        }),
-        (key(), any::<bool>()).prop_map(move |(key, lock_key)| {
-            let words = if lock_key {
-                text(&["HSET", key, "f", "v"])
-            } else {
-                text(&["SET", &format!("{QUEUE}{key}"), "oops"])
-            };
-            timed(Step::Commands(vec![words]), false)
-        }),
-    ]
-}
-
-fn sequence() -> impl Strategy<Value = Vec<Timed>> {
-    let step = prop_oneof![4 => script_call(), 1 => node_command(), 2 => seed()];
-    proptest::collection::vec(step, 1..20)
-}
-
-/// A real server's answer, in the host's terms.
-fn from_redis(result: redis::RedisResult<Value>) -> ServerReply {
-    let error = |code: &str, detail: Option<&str>| {
-        ServerReply::Error(detail.map_or(code.to_owned(), |detail| format!("{code} {detail}")))
-    };
-    match result {
-        Err(err) => error(err.code().unwrap_or("ERR"), err.detail()),
-        Ok(Value::ServerError(err)) => error(err.code(), err.details()),
-        Ok(Value::Nil) => ServerReply::Nil,
-        Ok(Value::Int(value)) => ServerReply::Integer(value),
-        Ok(Value::BulkString(bytes)) => ServerReply::Bulk(bytes),
-        Ok(Value::Okay) => ServerReply::ok(),
-        Ok(Value::SimpleString(status)) => ServerReply::Status(status),
-        Ok(Value::Array(items)) => {
-            ServerReply::Array(items.into_iter().map(|item| from_redis(Ok(item))).collect())
-        }
-        Ok(other) => panic!("a RESP2 server does not answer {other:?}"),
-    }
-}
-
-/// The real server and a connection subscribed to everything it publishes.
-struct Real<'a> {
-    commands: redis::Connection,
-    messages: redis::PubSub<'a>,
-    steps: u64,
-    /// How often each situation worth comparing came up, so that the run can tell it met
-    /// them (see [`Coverage`]).
-    seen: BTreeMap<Coverage, u32>,
 }
 
 /// Situations the sequences must reach for the comparison to mean something.
@@ -355,120 +70,10 @@ enum Coverage {
     HandedOff,
 }
 
-impl Real<'_> {
-    fn query(&mut self, words: &[String]) -> ServerReply {
-        let mut command = redis::Cmd::new();
-        for word in words {
-            command.arg(word.as_str());
-        }
-        from_redis(self.commands.req_command(&command))
-    }
-
-    /// What the last step published: every message before this step's sentinel.
-    fn published(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.steps += 1;
-        self.query(&["PUBLISH".into(), SENTINEL.into(), self.steps.to_string()]);
-        let mut published = Vec::new();
-        loop {
-            let message = self
-                .messages
-                .get_message()
-                .expect("the subscription delivers");
-            if message.get_channel_name() == SENTINEL {
-                return published;
-            }
-            published.push((
-                message.get_channel_name().as_bytes().to_vec(),
-                message.get_payload_bytes().to_vec(),
-            ));
-        }
-    }
-
-    fn keyspace(&mut self) -> BTreeMap<Vec<u8>, LiveKey> {
-        let word = |text: &str| text.to_owned();
-        let ServerReply::Array(keys) = self.query(&[word("KEYS"), word("*")]) else {
-            panic!("KEYS answers an array");
-        };
-        let mut live = BTreeMap::new();
-        for key in keys {
-            let ServerReply::Bulk(key) = key else {
-                panic!("a key is a bulk string")
-            };
-            let name = String::from_utf8(key.clone()).expect("the test's keys are text");
-            let kind = self.query(&[word("TYPE"), name.clone()]);
-            let bulks = |reply: ServerReply| match reply {
-                ServerReply::Array(items) => items
-                    .into_iter()
-                    .map(|item| match item {
-                        ServerReply::Bulk(bytes) => bytes,
-                        other => panic!("{other:?} in a listing"),
-                    })
-                    .collect::<Vec<_>>(),
-                other => panic!("{other:?} is not a listing"),
-            };
-            let data = match kind {
-                ServerReply::Status(kind) if kind == "string" => {
-                    let ServerReply::Bulk(value) = self.query(&[word("GET"), name.clone()]) else {
-                        panic!("a string key has a value");
-                    };
-                    Data::String(value)
-                }
-                ServerReply::Status(kind) if kind == "zset" => {
-                    let ranked = bulks(self.query(&[
-                        word("ZRANGE"),
-                        name.clone(),
-                        word("0"),
-                        word("-1"),
-                        word("WITHSCORES"),
-                    ]));
-                    Data::SortedSet(
-                        ranked
-                            .chunks(2)
-                            .map(|pair| {
-                                let score =
-                                    String::from_utf8_lossy(&pair[1]).parse().expect("a score");
-                                (pair[0].clone(), score)
-                            })
-                            .collect(),
-                    )
-                }
-                ServerReply::Status(kind) if kind == "hash" => {
-                    let fields = bulks(self.query(&[word("HGETALL"), name.clone()]));
-                    Data::Hash(
-                        fields
-                            .chunks(2)
-                            .map(|pair| (pair[0].clone(), pair[1].clone()))
-                            .collect(),
-                    )
-                }
-                // Expired between KEYS and TYPE.
-                ServerReply::Status(kind) if kind == "none" => continue,
-                other => panic!("the test makes no key of type {other:?}"),
-            };
-            let ServerReply::Integer(ttl) = self.query(&[word("PTTL"), name]) else {
-                panic!("PTTL answers an integer");
-            };
-            let ttl_ms = u64::try_from(ttl).ok();
-            live.insert(key, LiveKey { data, ttl_ms });
-        }
-        live
-    }
-}
-
 fn wall_clock() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("the clock is past 1970")
-}
-
-fn resolve(args: &[Arg], now: Duration) -> Vec<String> {
-    let now_ms = i64::try_from(now.as_millis()).expect("milliseconds fit");
-    args.iter()
-        .map(|arg| match arg {
-            Arg::Text(text) => text.clone(),
-            Arg::NowPlusMs(offset) => (now_ms + offset).to_string(),
-        })
-        .collect()
 }
 
 /// A keyspace as lines of text, for failure reports.
@@ -534,7 +139,11 @@ fn same_keyspace(real: &BTreeMap<Vec<u8>, LiveKey>, host: &BTreeMap<Vec<u8>, Liv
 }
 
 /// Runs `steps` on both servers, comparing after each step.
-fn run_both(real: &mut Real, steps: &[Timed]) -> Result<(), TestCaseError> {
+fn run_both(
+    real: &mut Real,
+    seen: &mut BTreeMap<Coverage, u32>,
+    steps: &[Timed],
+) -> Result<(), TestCaseError> {
     real.query(&["FLUSHALL".into()]);
     let mut host = ScriptHost::new();
     for (index, timed) in steps.iter().enumerate() {
@@ -590,7 +199,7 @@ fn run_both(real: &mut Real, steps: &[Timed]) -> Result<(), TestCaseError> {
                 (Coverage::HandedOff, handed_off),
             ];
             for (situation, _) in met.into_iter().filter(|(_, met)| *met) {
-                *real.seen.entry(situation).or_default() += 1;
+                *seen.entry(situation).or_default() += 1;
             }
         }
         prop_assert_eq!(published, real.published(), "messages of step {}", index);
@@ -624,12 +233,10 @@ fn the_script_host_answers_as_redis_does() {
     messages
         .psubscribe("*")
         .expect("subscribed to every channel");
-    let real = RefCell::new(Real {
-        commands: client.get_connection().expect("a command connection"),
-        messages,
-        steps: 0,
-        seen: BTreeMap::new(),
-    });
+    let commands = client.get_connection().expect("a command connection");
+    let real = RefCell::new(Real::new(commands, messages));
+    // How often each situation worth comparing came up (see `Coverage`).
+    let seen = RefCell::new(BTreeMap::new());
     let config = Config {
         cases: cases(),
         failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
@@ -638,9 +245,10 @@ fn the_script_host_answers_as_redis_does() {
         ..Config::default()
     };
     let outcome = TestRunner::new(config).run(&sequence(), |steps| {
-        run_both(&mut real.borrow_mut(), &steps)
+        run_both(&mut real.borrow_mut(), &mut seen.borrow_mut(), &steps)
     });
-    let seen = real.into_inner().seen;
+    drop(real);
+    let seen = seen.into_inner();
     drop(cluster);
     if let Err(failure) = outcome {
         panic!("the script host differs from redis-server: {failure}");
