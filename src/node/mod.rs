@@ -22,7 +22,7 @@ mod link;
 mod redis;
 mod releases;
 mod request;
-mod scripts;
+pub(crate) mod scripts;
 mod silence;
 mod unawaited;
 mod watch;

@@ -33,14 +33,14 @@ use redis::{Cmd, ErrorKind, RedisResult, RedisWrite, Script, ServerErrorKind, Va
 use super::link::is_unreachable;
 
 /// The queue of the lock key `key` is this prefix and the key: the waiters in order.
-pub(super) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
+pub(crate) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
 
 /// The deadlines of the waiters in the queue of `key` are under this prefix and the key.
-pub(super) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
+pub(crate) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
 
 /// The marker that asks for the releases of `key` to be announced on its channel is this
 /// prefix and the key.
-pub(super) const WATCHED_PREFIX: &str = "quorumlock:watched:";
+pub(crate) const WATCHED_PREFIX: &str = "quorumlock:watched:";
 
 /// The node's scripts, each with whether the node is known to have it cached.
 pub(super) struct NodeScripts {
@@ -310,7 +310,7 @@ end
 /// `SET NX PX` instead.)
 ///
 /// KEYS: the lock keys. ARGV: token, TTL in ms.
-pub(super) const LOCK: &str = r#"
+pub(crate) const LOCK: &str = r#"
 for _, key in ipairs(KEYS) do
     if redis.call("EXISTS", key) == 1 then
         return 0
@@ -328,7 +328,7 @@ return 1
 ///
 /// KEYS: the lock keys, then the first key's watch marker. ARGV: token, TTL in ms,
 /// interest in ms.
-pub(super) const LOCK_WATCHING: &str = r#"
+pub(crate) const LOCK_WATCHING: &str = r#"
 local n = #KEYS - 1
 for i = 1, n do
     if redis.call("EXISTS", KEYS[i]) == 1 then
@@ -351,7 +351,7 @@ return 1
 ///
 /// KEYS: the lock key, then its queue and deadlines. ARGV: token, TTL in ms,
 /// waiter id, ticket, place lifetime in ms.
-pub(super) const LOCK_QUEUED: &str = concat!(
+pub(crate) const LOCK_QUEUED: &str = concat!(
     queue_lua!(),
     r#"
 local n = #KEYS - 2
@@ -391,7 +391,7 @@ return 1
 /// KEYS: the n lock keys, each key's queue and deadlines (in the keys' order), then each
 /// key's watch marker. ARGV: token, TTL in ms, waiter id, ticket, place lifetime in ms,
 /// channel prefix.
-pub(super) const LOCK_QUEUED_MANY: &str = concat!(
+pub(crate) const LOCK_QUEUED_MANY: &str = concat!(
     queue_lua!(),
     pass_on_lua!(),
     r#"
@@ -452,7 +452,7 @@ return 1
 /// KEYS: the n lock keys, each key's queue and deadlines (in the keys' order), then the n
 /// keys' watch markers; for one key, the key, its queue, its deadlines and its marker.
 /// ARGV: token, channel prefix.
-pub(super) const UNLOCK: &str = concat!(
+pub(crate) const UNLOCK: &str = concat!(
     queue_lua!(),
     pass_on_lua!(),
     r#"
@@ -480,7 +480,7 @@ return all
 ///
 /// KEYS: as for [`UNLOCK`]: the lock keys, each one's queue and deadlines, each one's
 /// watch marker. ARGV: waiter id, channel prefix.
-pub(super) const LEAVE_QUEUE: &str = concat!(
+pub(crate) const LEAVE_QUEUE: &str = concat!(
     queue_lua!(),
     pass_on_lua!(),
     r#"
@@ -503,7 +503,7 @@ return 1
 /// a lock that expired or was flushed cannot be revived.
 ///
 /// KEYS: the lock keys. ARGV: token, TTL in ms.
-pub(super) const EXTEND: &str = r#"
+pub(crate) const EXTEND: &str = r#"
 for _, key in ipairs(KEYS) do
     if redis.call("GET", key) ~= ARGV[1] then
         return 0
@@ -518,7 +518,7 @@ return 1
 /// Raises each fencing counter in `KEYS` to `ARGV[1]` unless it is already higher; returns
 /// the lowest value they hold afterwards. Never sets an expiry: counters must outlive every
 /// lock.
-pub(super) const RAISE_COUNTER: &str = r#"
+pub(crate) const RAISE_COUNTER: &str = r#"
 local wanted = tonumber(ARGV[1])
 local lowest = nil
 for _, key in ipairs(KEYS) do

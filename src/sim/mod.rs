@@ -106,8 +106,10 @@ mod cluster;
 mod delivery;
 mod log;
 mod node;
+mod server;
 mod store;
 
 pub use self::cluster::SimCluster;
 pub use self::log::{Applied, Op, OpRecord, Outcome, Reply, Stored};
 pub use self::node::SimNode;
+pub use self::server::{Data, Keyspace, LiveKey, NodeScript, Published, ScriptHost, ServerReply};

@@ -1,0 +1,400 @@
+//! [`ScriptHost`]: runs Redis Lua scripts over a [`Keyspace`] as Redis 7.0 runs them.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
+
+use super::commands::{lookup, Unrunnable};
+use super::keyspace::Keyspace;
+use super::lua_values::{command_words, lua_to_reply, reply_to_lua};
+use super::number::parse_integer;
+use super::reply::ServerReply;
+
+/// The chunk name Redis gives a script: its errors read `user_script:<line>: ...`.
+const SCRIPT_CHUNK: &str = "@user_script";
+
+/// The Redis API and sandbox of the host, built once per Lua state (`sandbox.lua`: Lua,
+/// to stay close to what it stands in for). It receives the host table, with `handler`,
+/// the error handler, and `command_error`, which tells an error `redis.call` raised; it
+/// leaves there `redis`, the table whose `call` and `pcall` each invocation sets, `env`,
+/// the environment of every script, `globals`, what that environment reads (KEYS and ARGV
+/// are set in it per call), and `run`, which calls a script under the handler.
+const SANDBOX: &str = include_str!("sandbox.lua");
+
+/// An in-memory Redis server for scripts: a [`Keyspace`] and a Lua 5.1 interpreter that
+/// runs scripts on it as Redis 7.0 does.
+///
+/// A script runs atomically: nothing else touches the keyspace until it returns, and the
+/// whole script sees one node-clock reading (`TIME` and every expiry), as Redis freezes
+/// the time a script sees. As in Redis, an error stops the script but keeps the writes it
+/// made before. `redis.call`, `redis.pcall`, `redis.error_reply` and `redis.status_reply`
+/// behave as Redis's; globals are read-only and reading a missing one is an error; the
+/// `string`, `math`, `table` and `coroutine` libraries are there, but not `cjson`,
+/// `cmsgpack`, `struct` or `bit`. Errors carry Redis's ` script: <sha>, on
+/// @user_script:<line>.` suffix.
+///
+/// Scripts are cached by SHA-1 as Redis caches them: [`eval`](Self::eval) and
+/// [`load`](Self::load) cache one, [`evalsha`](Self::evalsha) runs a cached one or answers
+/// `NOSCRIPT`, [`flush_scripts`](Self::flush_scripts) forgets them all (a restart does).
+pub struct ScriptHost {
+    lua: Lua,
+    /// The table the sandbox lives in (see [`SANDBOX`]).
+    host: Table,
+    /// Compiled scripts by their SHA-1.
+    scripts: HashMap<String, Function>,
+    keyspace: Keyspace,
+}
+
+impl ScriptHost {
+    /// A server with an empty keyspace and no cached scripts.
+    pub fn new() -> Self {
+        Self::build().expect("the script host's Lua sandbox builds")
+    }
+
+    fn build() -> mlua::Result<Self> {
+        let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH;
+        let lua = Lua::new_with(libs, LuaOptions::new())?;
+        let host = lua.create_table()?;
+        host.raw_set("handler", lua.create_function(error_handler)?)?;
+        let command_error = lua.create_function(|_, error: Value| {
+            Ok(raised_by_call(&error).map(|raised| raised.0.clone()))
+        })?;
+        host.raw_set("command_error", command_error)?;
+        lua.load(SANDBOX)
+            .set_name("=quorumlock-script-host")
+            .call::<()>(host.clone())?;
+        Ok(ScriptHost {
+            lua,
+            host,
+            scripts: HashMap::new(),
+            keyspace: Keyspace::new(),
+        })
+    }
+
+    /// The keyspace the scripts run on.
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.keyspace
+    }
+
+    /// The keyspace, to inspect it or change it outside a script.
+    pub fn keyspace_mut(&mut self) -> &mut Keyspace {
+        &mut self.keyspace
+    }
+
+    /// Forgets every cached script (`SCRIPT FLUSH`; a restart loses them too).
+    pub fn flush_scripts(&mut self) {
+        self.scripts.clear();
+    }
+
+    /// Runs one command line at the node-clock reading `now`: `EVAL`, `EVALSHA`, `SCRIPT
+    /// LOAD|EXISTS|FLUSH`, or any command of the [`Keyspace`].
+    pub fn execute<A: AsRef<[u8]>>(&mut self, now: Duration, args: &[A]) -> ServerReply {
+        let words: Vec<&[u8]> = args.iter().map(AsRef::as_ref).collect();
+        let name = words.first().copied().unwrap_or_default();
+        if name.eq_ignore_ascii_case(b"EVAL") || name.eq_ignore_ascii_case(b"EVALSHA") {
+            return self.execute_eval(now, &words);
+        }
+        if name.eq_ignore_ascii_case(b"SCRIPT") {
+            return self.execute_script_command(&words);
+        }
+        self.keyspace.execute(now, args)
+    }
+
+    fn execute_eval(&mut self, now: Duration, words: &[&[u8]]) -> ServerReply {
+        let command = String::from_utf8_lossy(words[0]).to_ascii_lowercase();
+        if words.len() < 3 {
+            return ServerReply::err(format!("wrong number of arguments for '{command}' command"));
+        }
+        let Some(count) = parse_integer(words[2]) else {
+            return ServerReply::err("value is not an integer or out of range");
+        };
+        let rest = &words[3..];
+        let Ok(count) = usize::try_from(count) else {
+            return ServerReply::err("Number of keys can't be negative");
+        };
+        if count > rest.len() {
+            return ServerReply::err("Number of keys can't be greater than number of args");
+        }
+        let (keys, argv) = rest.split_at(count);
+        if command == "eval" {
+            self.eval(now, &String::from_utf8_lossy(words[1]), keys, argv)
+        } else {
+            self.evalsha(now, &String::from_utf8_lossy(words[1]), keys, argv)
+        }
+    }
+
+    fn execute_script_command(&mut self, words: &[&[u8]]) -> ServerReply {
+        let sub = words.get(1).copied().unwrap_or_default();
+        match words.len() {
+            3 if sub.eq_ignore_ascii_case(b"LOAD") => self.load(&String::from_utf8_lossy(words[2])),
+            2 if sub.eq_ignore_ascii_case(b"FLUSH") => {
+                self.flush_scripts();
+                ServerReply::ok()
+            }
+            n if n >= 3 && sub.eq_ignore_ascii_case(b"EXISTS") => ServerReply::Array(
+                words[2..]
+                    .iter()
+                    .map(|sha| {
+                        let cached = self.scripts.contains_key(&lowercase(sha));
+                        ServerReply::Integer(i64::from(cached))
+                    })
+                    .collect(),
+            ),
+            _ => ServerReply::err(format!(
+                "the simulated server does not implement SCRIPT {}",
+                String::from_utf8_lossy(sub)
+            )),
+        }
+    }
+
+    /// Compiles `source` and caches it (`SCRIPT LOAD`): its SHA-1 as a bulk string, or the
+    /// compile error.
+    pub fn load(&mut self, source: &str) -> ServerReply {
+        match self.compile(source) {
+            Ok(sha) => ServerReply::bulk(sha),
+            Err(error) => error,
+        }
+    }
+
+    fn compile(&mut self, source: &str) -> Result<String, ServerReply> {
+        let sha = redis::Script::new(source).get_hash().to_owned();
+        if self.scripts.contains_key(&sha) {
+            return Ok(sha);
+        }
+        let compiled = self
+            .host
+            .raw_get::<Table>("env")
+            .and_then(|env| {
+                self.lua
+                    .load(source)
+                    .set_name(SCRIPT_CHUNK)
+                    .set_environment(env)
+                    .into_function()
+            })
+            .map_err(|error| {
+                let message = match error {
+                    mlua::Error::SyntaxError { message, .. } => message,
+                    other => other.to_string(),
+                };
+                ServerReply::err(format!("Error compiling script (new function): {message}"))
+            })?;
+        self.scripts.insert(sha.clone(), compiled);
+        Ok(sha)
+    }
+
+    /// Runs `source` with `keys` and `argv` at `now` (`EVAL`), caching it.
+    pub fn eval<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        now: Duration,
+        source: &str,
+        keys: &[K],
+        argv: &[V],
+    ) -> ServerReply {
+        match self.compile(source) {
+            Ok(sha) => self.evalsha(now, &sha, keys, argv),
+            Err(error) => error,
+        }
+    }
+
+    /// Runs the cached script `sha` (`EVALSHA`), or answers `NOSCRIPT`.
+    pub fn evalsha<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        now: Duration,
+        sha: &str,
+        keys: &[K],
+        argv: &[V],
+    ) -> ServerReply {
+        let sha = lowercase(sha.as_bytes());
+        let Some(script) = self.scripts.get(&sha).cloned() else {
+            return ServerReply::Error("NOSCRIPT No matching script. Please use EVAL.".into());
+        };
+        self.invoke(now, &sha, &script, keys, argv)
+            .unwrap_or_else(|error| ServerReply::err(format!("the script host failed: {error}")))
+    }
+
+    /// One invocation: KEYS and ARGV set, `redis.call` bound to the keyspace at `now` for
+    /// the duration of the script, its result (or error) turned into the reply.
+    fn invoke<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        now: Duration,
+        sha: &str,
+        script: &Function,
+        keys: &[K],
+        argv: &[V],
+    ) -> mlua::Result<ServerReply> {
+        let ScriptHost {
+            lua,
+            host,
+            keyspace,
+            ..
+        } = self;
+        let globals: Table = host.raw_get("globals")?;
+        globals.raw_set("KEYS", lua.create_sequence_from(strings(lua, keys)?)?)?;
+        globals.raw_set("ARGV", lua.create_sequence_from(strings(lua, argv)?)?)?;
+        let run: Function = host.raw_get("run")?;
+        let redis: Table = host.raw_get("redis")?;
+        let keyspace = RefCell::new(keyspace);
+        let command = |args: MultiValue| match command_words(args) {
+            Ok(words) => run_from_script(&mut keyspace.borrow_mut(), now, &words),
+            Err(error) => error,
+        };
+        lua.scope(|scope| {
+            let call = scope.create_function(|lua, args: MultiValue| match command(args) {
+                ServerReply::Error(message) => Err(mlua::Error::external(RaisedByCall(message))),
+                reply => reply_to_lua(lua, &reply),
+            })?;
+            let pcall =
+                scope.create_function(|lua, args: MultiValue| reply_to_lua(lua, &command(args)))?;
+            redis.raw_set("call", call)?;
+            redis.raw_set("pcall", pcall)?;
+            let outcome: MultiValue = run.call(script.clone())?;
+            let mut outcome = outcome.into_iter();
+            let ok = matches!(outcome.next(), Some(Value::Boolean(true)));
+            let value = outcome.next().unwrap_or(Value::Nil);
+            if ok {
+                lua_to_reply(&value)
+            } else {
+                raised_error(sha, &value)
+            }
+        })
+    }
+}
+
+/// The error a command called with `redis.call` answered, raised as a Lua error.
+#[derive(Debug)]
+struct RaisedByCall(String);
+
+impl fmt::Display for RaisedByCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RaisedByCall {}
+
+/// The command error in a Lua error value, if `redis.call` raised it.
+fn raised_by_call(error: &Value) -> Option<&RaisedByCall> {
+    let Value::Error(error) = error else {
+        return None;
+    };
+    let mut error: &mlua::Error = error;
+    loop {
+        match error {
+            mlua::Error::CallbackError { cause, .. } => error = cause,
+            mlua::Error::WithContext { cause, .. } => error = cause,
+            mlua::Error::ExternalError(external) => return external.downcast_ref(),
+            _ => return None,
+        }
+    }
+}
+
+/// A command called from a script: Redis answers unknown commands and wrong arities with
+/// errors of its own there.
+fn run_from_script(keyspace: &mut Keyspace, now: Duration, words: &[Vec<u8>]) -> ServerReply {
+    match lookup(words) {
+        Ok(command) => {
+            let words: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+            keyspace.run(command, now, &words)
+        }
+        Err(Unrunnable::Unknown) => ServerReply::err("Unknown Redis command called from script"),
+        Err(Unrunnable::WrongArity(_)) => {
+            ServerReply::err("Wrong number of args calling Redis command from script")
+        }
+    }
+}
+
+fn strings<A: AsRef<[u8]>>(lua: &Lua, items: &[A]) -> mlua::Result<Vec<mlua::LuaString>> {
+    items.iter().map(|item| lua.create_string(item)).collect()
+}
+
+fn lowercase(sha: &[u8]) -> String {
+    String::from_utf8_lossy(sha).to_ascii_lowercase()
+}
+
+/// The error handler every script runs under, as Redis's: an error that is not a table
+/// becomes `{err = "ERR " .. message}`, and the error is located at the innermost line of
+/// the script on the stack (the line that called `redis.call`, or that raised it).
+fn error_handler(lua: &Lua, error: Value) -> mlua::Result<Table> {
+    let table = match error {
+        Value::Table(table) => table,
+        raised if raised_by_call(&raised).is_some() => {
+            let table = lua.create_table()?;
+            let message = raised_by_call(&raised).map(|raised| raised.0.as_str());
+            table.raw_set("err", message)?;
+            table
+        }
+        other => {
+            let message = match other {
+                Value::String(text) => text.to_string_lossy(),
+                other => lua
+                    .globals()
+                    .get::<Function>("tostring")?
+                    .call::<String>(other)?,
+            };
+            let table = lua.create_table()?;
+            table.raw_set("err", format!("ERR {message}"))?;
+            table
+        }
+    };
+    let located = (1..).map_while(|level| {
+        lua.inspect_stack(level, |frame| {
+            let source = frame.source().source.map(|source| source.into_owned());
+            (source, frame.current_line())
+        })
+    });
+    for (source, line) in located {
+        if let (Some(source), Some(line)) = (source, line) {
+            if source == SCRIPT_CHUNK {
+                table.raw_set("source", source)?;
+                table.raw_set("line", line)?;
+                break;
+            }
+        }
+    }
+    Ok(table)
+}
+
+/// The reply for an error a script raised: its message, and where in the script.
+fn raised_error(sha: &str, error: &Value) -> mlua::Result<ServerReply> {
+    let Value::Table(table) = error else {
+        return Ok(ServerReply::err(
+            "the script raised an error without a message",
+        ));
+    };
+    let Value::String(message) = table.raw_get("err")? else {
+        return Ok(ServerReply::err(
+            "the script raised an error without a message",
+        ));
+    };
+    let mut line = message.to_string_lossy();
+    if let (Value::String(source), Value::Integer(at)) =
+        (table.raw_get("source")?, table.raw_get("line")?)
+    {
+        line = format!(
+            "{line} script: {sha}, on {}:{at}.",
+            source.to_string_lossy()
+        );
+    }
+    Ok(ServerReply::Error(line.replace(['\r', '\n'], " ")))
+}
+
+impl Default for ScriptHost {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for ScriptHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScriptHost")
+            .field("scripts", &self.scripts.len())
+            .field("keyspace", &self.keyspace)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,429 @@
+//! The lock protocol as a `stateright` model: N = 3 nodes and a few clients contending for
+//! one resource, with every interleaving of their requests, lost replies, node crashes and
+//! restarts. `docs/testing-properties.md` ("The model check") states the abstraction; in
+//! short, time is a set of events: a validity ends (the holder's lease, or an attempt's, is
+//! over) and only then may the keys it protects expire.
+//!
+//! What each node request does mirrors `src/node/scripts.rs`, and what a
+//! client does mirrors `src/quorum/`: a round sends the same request to every node,
+//! counts answers to a quorum of N/2+1, rolls back a failed attempt on every node that may
+//! hold its keys, mints a fencing token as read-majority maximum then raise-on-majority,
+//! and a fair waiter queues on its retry and claims only a key reserved for itself.
+
+use stateright::{Model, Property};
+
+use crate::requests::{apply, fates, leave_queue, lock};
+
+/// The nodes of the lock.
+pub const NODES: usize = 3;
+/// A majority of them.
+pub const QUORUM: usize = NODES / 2 + 1;
+
+/// What a node may lose when it restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restarts {
+    /// Every restart keeps the data (an append-only file synced on every write).
+    KeepData,
+    /// A restart may lose the data, but only once the node's keys would have expired (the
+    /// node stayed down for a TTL), which is what the safety argument assumes.
+    EmptyAfterTtl,
+    /// A restart may lose the data at any moment: outside the assumptions.
+    EmptyAnytime,
+}
+
+/// The sizes and assumptions of one check.
+#[derive(Debug, Clone)]
+pub struct Protocol {
+    /// How many clients contend for the resource.
+    pub clients: usize,
+    /// How many acquisition attempts each client makes at most.
+    pub attempts: u8,
+    /// How many node crashes may happen in a run.
+    pub crashes: u8,
+    /// What restarts may lose.
+    pub restarts: Restarts,
+    /// Whether grants mint fencing tokens.
+    pub fencing: bool,
+    /// Whether a refused client retries as a queued (fair) waiter.
+    pub fair: bool,
+    /// Whether requests and replies can be lost.
+    pub lossy: bool,
+}
+
+/// What a node's lock key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// A token: of `client`'s attempt `attempt`, set or last extended by the lease's
+    /// `generation`-th round (0: the acquisition).
+    Held {
+        client: u8,
+        attempt: u8,
+        generation: u8,
+    },
+    /// Released to the first waiter in line (`quorumlock:reserved:<waiter>`).
+    Reserved { waiter: u8 },
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Node {
+    pub up: bool,
+    pub key: Option<Key>,
+    /// The waiters in line, by ticket (a client's ticket is its index).
+    pub queue: Vec<u8>,
+    /// The fencing counter.
+    pub counter: u8,
+    /// Whether a waiter ever claimed a key reserved for it here (for reachability only).
+    pub claimed: bool,
+}
+
+/// The requests a round sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Request {
+    Lock,
+    ReadCounter,
+    RaiseCounter(u8),
+    Extend,
+    /// The rollback of a failed attempt.
+    Rollback,
+    Release,
+    LeaveQueue,
+}
+
+/// What a node answered to one request of a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Answer {
+    /// Not delivered yet.
+    Pending,
+    Yes,
+    No,
+    /// Down, lost on the way, or its reply lost: it may or may not have been applied.
+    Failed,
+    /// Not sent to this node (a rollback skips nodes that refused).
+    Skipped,
+}
+
+/// What happens to a request on its way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fate {
+    Answered,
+    /// Applied, and the reply lost.
+    ReplyLost,
+    /// Lost before the node: not applied.
+    Dropped,
+}
+
+/// A lock request still in flight after its round was decided, or a queue exit due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Straggler {
+    None,
+    Lock,
+    /// A queued winner leaves the queue of a node that did not grant it the lock.
+    Leave,
+}
+
+/// One client.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Client {
+    /// Its current attempt (the token of its lock requests).
+    pub attempt: u8,
+    pub attempts_left: u8,
+    /// Whether its attempts go as a queued waiter.
+    pub queued: bool,
+    pub round: Option<(Request, [Answer; NODES])>,
+    /// The highest counter read while minting.
+    pub highest: u8,
+    /// Granted: the lease, with its fencing token.
+    pub lease: Option<Option<u8>>,
+    /// Whether the current attempt's, then lease's, validity still runs.
+    pub valid: bool,
+    /// Successful extensions so far.
+    pub generation: u8,
+    pub extended: bool,
+    pub stragglers: [Straggler; NODES],
+    pub done: bool,
+}
+
+/// The whole system.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct State {
+    pub nodes: [Node; NODES],
+    pub clients: Vec<Client>,
+    pub crashes_left: u8,
+    /// The fencing token of the last grant, and whether some grant's token did not exceed
+    /// the one before it.
+    pub last_token: u8,
+    pub tokens_decreased: bool,
+    pub grants: u8,
+}
+
+/// One step of the system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A client starts an attempt.
+    Begin(u8),
+    /// A request of a client's round reaches a node.
+    Deliver(u8, usize, Fate),
+    /// A straggler of a client reaches a node.
+    Straggle(u8, usize),
+    /// The validity of a client's attempt or lease runs out.
+    ValidityEnds(u8),
+    Extend(u8),
+    Release(u8),
+    /// A key whose protecting validity is over expires.
+    KeyExpires(usize),
+    Crash(usize),
+    Restart(usize, bool),
+}
+
+impl Client {
+    fn new(attempts: u8) -> Self {
+        Client {
+            attempt: 0,
+            attempts_left: attempts,
+            queued: false,
+            round: None,
+            highest: 0,
+            lease: None,
+            valid: false,
+            generation: 0,
+            extended: false,
+            stragglers: [Straggler::None; NODES],
+            done: false,
+        }
+    }
+
+    /// Whether its lease is granted and still valid: what exclusion is about.
+    pub fn holds(&self) -> bool {
+        self.lease.is_some() && self.valid
+    }
+}
+
+impl State {
+    /// Whether `key` on a node is still protected by a validity, so cannot have expired:
+    /// keys of a live attempt, and a lease's keys from its latest successful round on.
+    pub(crate) fn protected(&self, key: Key) -> bool {
+        let Key::Held {
+            client,
+            attempt,
+            generation,
+        } = key
+        else {
+            return false;
+        };
+        let owner = &self.clients[usize::from(client)];
+        owner.attempt == attempt && owner.valid && generation >= owner.generation
+    }
+}
+
+/// Every order of the nodes.
+const PERMUTATIONS: [[usize; NODES]; 6] = [
+    [0, 1, 2],
+    [0, 2, 1],
+    [1, 0, 2],
+    [1, 2, 0],
+    [2, 0, 1],
+    [2, 1, 0],
+];
+
+impl State {
+    /// The state with its nodes in a canonical order: the nodes are interchangeable (the
+    /// properties count holders and tokens, never which node), so states that differ only
+    /// by the order of the nodes are one state to the checker.
+    fn canonical(self) -> State {
+        PERMUTATIONS
+            .iter()
+            .map(|order| {
+                let mut permuted = self.clone();
+                permuted.nodes = order.map(|n| self.nodes[n].clone());
+                for client in &mut permuted.clients {
+                    if let Some((_, answers)) = &mut client.round {
+                        *answers = order.map(|n| answers[n]);
+                    }
+                    client.stragglers = order.map(|n| client.stragglers[n]);
+                }
+                permuted
+            })
+            .min()
+            .expect("there are orders")
+    }
+}
+
+impl Model for Protocol {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let node = Node {
+            up: true,
+            key: None,
+            queue: Vec::new(),
+            counter: 0,
+            claimed: false,
+        };
+        vec![State {
+            nodes: std::array::from_fn(|_| node.clone()),
+            clients: vec![Client::new(self.attempts); self.clients],
+            crashes_left: self.crashes,
+            last_token: 0,
+            tokens_decreased: false,
+            grants: 0,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        for (index, client) in state.clients.iter().enumerate() {
+            let c = index as u8;
+            if client.done {
+                continue;
+            }
+            match client.round {
+                None if client.lease.is_none() && client.attempts_left > 0 => {
+                    actions.push(Action::Begin(c))
+                }
+                None if client.lease.is_some() => {
+                    if client.valid && !client.extended {
+                        actions.push(Action::Extend(c));
+                    }
+                    actions.push(Action::Release(c));
+                }
+                None => {}
+                Some((request, answers)) => {
+                    for (n, answer) in answers.iter().enumerate() {
+                        // One connection per node: a request waits for the earlier ones.
+                        if *answer == Answer::Pending && client.stragglers[n] == Straggler::None {
+                            let fates = if self.lossy {
+                                fates(request)
+                            } else {
+                                &[Fate::Answered]
+                            };
+                            for fate in fates {
+                                actions.push(Action::Deliver(c, n, *fate));
+                            }
+                        }
+                    }
+                }
+            }
+            for (n, straggler) in client.stragglers.iter().enumerate() {
+                if *straggler != Straggler::None {
+                    actions.push(Action::Straggle(c, n));
+                }
+            }
+            if client.valid {
+                actions.push(Action::ValidityEnds(c));
+            }
+        }
+        for (n, node) in state.nodes.iter().enumerate() {
+            if node.key.is_some_and(|key| !state.protected(key)) {
+                actions.push(Action::KeyExpires(n));
+            }
+            if node.up && state.crashes_left > 0 {
+                actions.push(Action::Crash(n));
+            }
+            if !node.up {
+                actions.push(Action::Restart(n, true));
+                if self.restart_may_lose_data(state, n) {
+                    actions.push(Action::Restart(n, false));
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        match action {
+            Action::Begin(c) => {
+                let client = &mut state.clients[usize::from(c)];
+                client.attempt += 1;
+                client.attempts_left -= 1;
+                client.valid = true;
+                client.generation = 0;
+                Self::start_round(client, Request::Lock, &[Answer::Pending; NODES]);
+            }
+            Action::Deliver(c, n, fate) => {
+                let State { nodes, clients, .. } = &mut state;
+                let client = &mut clients[usize::from(c)];
+                let (request, mut answers) = client.round?;
+                let node = &mut nodes[n];
+                answers[n] = if !node.up || fate == Fate::Dropped {
+                    Answer::Failed
+                } else {
+                    let yes = apply(node, c, client, request);
+                    match (fate, yes) {
+                        (Fate::Answered, true) => Answer::Yes,
+                        (Fate::Answered, false) => Answer::No,
+                        _ => Answer::Failed,
+                    }
+                };
+                client.round = Some((request, answers));
+                self.settle(&mut state, usize::from(c));
+            }
+            Action::Straggle(c, n) => {
+                let State { nodes, clients, .. } = &mut state;
+                let client = &mut clients[usize::from(c)];
+                let node = &mut nodes[n];
+                let straggler = std::mem::replace(&mut client.stragglers[n], Straggler::None);
+                if node.up {
+                    match straggler {
+                        Straggler::Lock => {
+                            let took = lock(node, c, client.attempt, client.queued);
+                            // A release waits for it (one connection per node), so it
+                            // never lands after the lease ended.
+                            if !took && client.queued {
+                                client.stragglers[n] = Straggler::Leave;
+                            }
+                        }
+                        Straggler::Leave => leave_queue(node, c),
+                        Straggler::None => {}
+                    }
+                }
+            }
+            Action::ValidityEnds(c) => state.clients[usize::from(c)].valid = false,
+            Action::Extend(c) => {
+                let client = &mut state.clients[usize::from(c)];
+                client.extended = true;
+                Self::start_round(client, Request::Extend, &[Answer::Pending; NODES]);
+            }
+            Action::Release(c) => {
+                let client = &mut state.clients[usize::from(c)];
+                client.valid = false;
+                client.lease = None;
+                Self::start_round(client, Request::Release, &[Answer::Pending; NODES]);
+            }
+            Action::KeyExpires(n) => state.nodes[n].key = None,
+            Action::Crash(n) => {
+                state.nodes[n].up = false;
+                state.crashes_left -= 1;
+            }
+            Action::Restart(n, keep_data) => {
+                let node = &mut state.nodes[n];
+                node.up = true;
+                if !keep_data {
+                    node.key = None;
+                    node.queue.clear();
+                    node.counter = 0;
+                }
+            }
+        }
+        Some(state.canonical())
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("exclusion: at most one valid holder", |_, state: &State| {
+                state.clients.iter().filter(|client| client.holds()).count() <= 1
+            }),
+            Property::always("fencing tokens strictly increase", |_, state: &State| {
+                !state.tokens_decreased
+            }),
+            // Reachability, so that the properties above are not true for want of runs.
+            Property::sometimes("a second grant after the first", |_, state: &State| {
+                state.grants >= 2
+            }),
+            Property::sometimes(
+                "a queued waiter claims a key reserved for it",
+                |_, state: &State| state.nodes.iter().any(|node| node.claimed),
+            ),
+        ]
+    }
+}
