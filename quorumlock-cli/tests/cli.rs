@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 
 use quorumlock_testkit::RedisCluster;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStderr, Command};
+use tokio::process::Command;
 
-use cli_support::{bare, code, output, stderr, stdout, LIMIT};
+use cli_support::{bare, code, output, stderr, stdout, Background, LIMIT};
 
 /// The per-node timeout of the `run`s here: well above the 50 ms default, so that a
 /// machine loaded by parallel builds does not turn slow answers into failed nodes (the
@@ -51,58 +50,13 @@ fn event<'a>(events: &'a [Value], name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {name} event in {events:?}"))
 }
 
-/// A `run --json` started in the background, with its stderr events readable as they come.
-struct Background {
-    child: Child,
-    events: Lines<BufReader<ChildStderr>>,
-}
-
+/// What these tests wait for in a `run --json` started in the background.
 impl Background {
-    fn start(command: &mut Command) -> Self {
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("quorumlock could not be started");
-        let stderr = child.stderr.take().expect("piped stderr");
-        Background {
-            child,
-            events: BufReader::new(stderr).lines(),
-        }
-    }
-
-    /// The next JSON event on its stderr.
-    async fn next_event(&mut self) -> Value {
-        let line = tokio::time::timeout(LIMIT, self.events.next_line())
-            .await
-            .expect("no event in time")
-            .expect("stderr readable")
-            .expect("stderr still open");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
-    }
-
     /// Waits for the `acquired` event and returns the token.
     async fn token(&mut self) -> String {
         let acquired = self.next_event().await;
         assert_eq!(acquired["event"], "acquired", "{acquired}");
         acquired["token"].as_str().expect("token").to_owned()
-    }
-
-    /// Waits for the process to end; returns its exit code and its remaining events.
-    async fn finish(mut self) -> (i32, Vec<Value>) {
-        let mut rest = Vec::new();
-        while let Some(line) = tokio::time::timeout(LIMIT, self.events.next_line())
-            .await
-            .expect("stderr closed in time")
-            .expect("stderr readable")
-        {
-            rest.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
-        }
-        let status = tokio::time::timeout(LIMIT, self.child.wait())
-            .await
-            .expect("exited in time")
-            .expect("waited");
-        (status.code().expect("exited, not killed"), rest)
     }
 }
 

@@ -4,15 +4,15 @@
 
 mod cli_support;
 
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use quorumlock_testkit::{Direction, ProxiedCluster, RedisCluster};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use cli_support::{bare, code, output, stderr, stdout, LIMIT};
+use cli_support::{bare, code, output, parse, stderr, stdout, Background, LIMIT};
 
 /// Well above the 50 ms default, so that a machine loaded by parallel builds does not
 /// turn slow answers into failed nodes.
@@ -56,35 +56,17 @@ fn ms(value: &Value) -> f64 {
         .unwrap_or_else(|| panic!("not a number: {value}"))
 }
 
-/// A `bench --json` in the background: its stderr events as they come, its report at
-/// the end.
-struct Background {
-    child: tokio::process::Child,
-    events: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
-}
-
+/// What these tests read of a `bench --json` in the background: its stderr events as
+/// they come, its report at the end.
 impl Background {
-    fn start(command: &mut Command) -> Self {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("quorumlock could not be started");
-        let stderr = child.stderr.take().expect("piped stderr");
-        Background {
-            child,
-            events: BufReader::new(stderr).lines(),
-        }
+    /// Starts `command`, its stdout kept for the report.
+    fn bench(command: &mut Command) -> Self {
+        Self::reading_stdout(command)
     }
 
     /// Waits for the event that says the run has begun; returns it.
     async fn started(&mut self) -> Value {
-        let line = tokio::time::timeout(LIMIT, self.events.next_line())
-            .await
-            .expect("no event in time")
-            .expect("stderr readable")
-            .expect("stderr still open");
-        let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let event = self.next_event().await;
         assert_eq!(event["event"], "bench_started", "{event}");
         event
     }
@@ -99,23 +81,15 @@ impl Background {
     }
 
     /// Waits for the end; returns the exit code, the report and the remaining events.
-    async fn finish(mut self) -> (i32, Value, Vec<Value>) {
+    async fn report(mut self) -> (i32, Value, Vec<Value>) {
         let mut stdout = String::new();
         let mut pipe = self.child.stdout.take().expect("piped stdout");
         tokio::time::timeout(LIMIT, pipe.read_to_string(&mut stdout))
             .await
             .expect("stdout closed in time")
             .expect("stdout readable");
-        let mut events = Vec::new();
-        while let Some(line) = self.events.next_line().await.expect("stderr readable") {
-            events.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
-        }
-        let status = tokio::time::timeout(LIMIT, self.child.wait())
-            .await
-            .expect("exited in time")
-            .expect("waited");
-        let report = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-        (status.code().expect("exited, not killed"), report, events)
+        let (code, events) = self.finish().await;
+        (code, parse(&stdout), events)
     }
 }
 
@@ -312,7 +286,7 @@ async fn a_slow_node_is_named_and_the_quorum_does_not_wait_for_it() {
 async fn a_frozen_node_shows_timeouts_and_the_run_completes() {
     let mut cluster = RedisCluster::start(5).await.unwrap();
     let frozen = 4;
-    let mut run = Background::start(bench(&cluster.urls()).args([
+    let mut run = Background::bench(bench(&cluster.urls()).args([
         "--json",
         "--concurrency",
         "2",
@@ -322,7 +296,7 @@ async fn a_frozen_node_shows_timeouts_and_the_run_completes() {
     run.started().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     cluster.node_mut(frozen).freeze().await.unwrap();
-    let (code, report, events) = run.finish().await;
+    let (code, report, events) = run.report().await;
     cluster.node_mut(frozen).thaw().await.unwrap();
 
     assert_eq!(code, 0, "{report}\n{events:?}");
@@ -360,7 +334,7 @@ async fn a_frozen_node_shows_timeouts_and_the_run_completes() {
 async fn a_node_lost_mid_run_is_reported_not_fatal() {
     let mut cluster = RedisCluster::start(3).await.unwrap();
     let lost = 0;
-    let mut run = Background::start(bench(&cluster.urls()).args([
+    let mut run = Background::bench(bench(&cluster.urls()).args([
         "--json",
         "--concurrency",
         "2",
@@ -370,7 +344,7 @@ async fn a_node_lost_mid_run_is_reported_not_fatal() {
     run.started().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     cluster.node_mut(lost).kill().await.unwrap();
-    let (code, report, events) = run.finish().await;
+    let (code, report, events) = run.report().await;
 
     // Two of three still make a quorum: the run completes, and names the node it lost.
     assert_eq!(code, 0, "{report}\n{events:?}");
@@ -390,7 +364,7 @@ async fn a_node_lost_mid_run_is_reported_not_fatal() {
 async fn ctrl_c_mid_run_leaves_no_key() {
     let cluster = RedisCluster::start(3).await.unwrap();
     // Contended, so that waiters are queued on the nodes when the signal comes.
-    let mut run = Background::start(bench(&cluster.urls()).args([
+    let mut run = Background::bench(bench(&cluster.urls()).args([
         "--json",
         "--contended",
         "--concurrency",
@@ -401,7 +375,7 @@ async fn ctrl_c_mid_run_leaves_no_key() {
     run.started().await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     run.signal("INT");
-    let (code, report, _) = run.finish().await;
+    let (code, report, _) = run.report().await;
     assert_eq!(code, 130, "{report}");
     assert_eq!(report["interrupted"], "SIGINT");
     assert_eq!(report["exit_code"], 130);

@@ -1,12 +1,14 @@
 //! What the CLI tests share: the binary under test, started with none of the caller's
-//! settings, and run to completion.
+//! settings, and run to completion or in the background with its JSON events read.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use tokio::process::Command;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, Command};
 
 /// The `quorumlock` binary built for these tests.
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
@@ -55,4 +57,67 @@ pub fn stdout(output: &Output) -> String {
 
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `quorumlock` running in the background, its JSON events read from stderr as they come.
+pub struct Background {
+    pub child: Child,
+    events: Lines<BufReader<ChildStderr>>,
+}
+
+impl Background {
+    /// Starts `command` with stderr piped for its events; its stdout is discarded.
+    pub fn start(command: &mut Command) -> Self {
+        Self::with_stdout(command, Stdio::null())
+    }
+
+    /// As [`start`](Self::start), with stdout piped for the caller to read from `child`.
+    pub fn reading_stdout(command: &mut Command) -> Self {
+        Self::with_stdout(command, Stdio::piped())
+    }
+
+    fn with_stdout(command: &mut Command, stdout: Stdio) -> Self {
+        let mut child = command
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("quorumlock could not be started");
+        let stderr = child.stderr.take().expect("piped stderr");
+        Background {
+            child,
+            events: BufReader::new(stderr).lines(),
+        }
+    }
+
+    /// The next JSON event on its stderr.
+    pub async fn next_event(&mut self) -> Value {
+        let line = tokio::time::timeout(LIMIT, self.events.next_line())
+            .await
+            .expect("no event in time")
+            .expect("stderr readable")
+            .expect("stderr still open");
+        parse(&line)
+    }
+
+    /// Waits for the process to end; returns its exit code and its remaining events.
+    pub async fn finish(mut self) -> (i32, Vec<Value>) {
+        let mut rest = Vec::new();
+        while let Some(line) = tokio::time::timeout(LIMIT, self.events.next_line())
+            .await
+            .expect("stderr closed in time")
+            .expect("stderr readable")
+        {
+            rest.push(parse(&line));
+        }
+        let status = tokio::time::timeout(LIMIT, self.child.wait())
+            .await
+            .expect("exited in time")
+            .expect("waited");
+        (status.code().expect("exited, not killed"), rest)
+    }
+}
+
+/// One line of JSON, or a failure that shows the line.
+pub fn parse(line: &str) -> Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
 }
