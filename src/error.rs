@@ -41,6 +41,22 @@ pub enum ConfigError {
     /// A zero connect timeout would never let a connection be made.
     #[error("the connect timeout must be greater than zero")]
     ZeroConnectTimeout,
+    /// Replica acknowledgements ([`ReplicaAcks`](crate::ReplicaAcks)) need at least one
+    /// replica and a whole, non-zero number of milliseconds below the per-node timeout:
+    /// `WAIT` holds the node's connection while it runs.
+    #[error(
+        "replica acknowledgements need at least one replica and a timeout of whole \
+         milliseconds, non-zero and below the node timeout {node_timeout:?}; got {replicas} \
+         within {timeout:?}"
+    )]
+    InvalidReplicaAcks {
+        /// The replicas asked for.
+        replicas: u32,
+        /// The rejected timeout.
+        timeout: Duration,
+        /// The per-node timeout it must stay below.
+        node_timeout: Duration,
+    },
     /// A slow node could consume the whole validity.
     #[error(
         "the node timeout {node_timeout:?} is not well below the TTL {ttl:?}: \

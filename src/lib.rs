@@ -193,7 +193,7 @@ mod watchdog;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod sim;
 
-pub use config::{LockConfig, LockConfigBuilder};
+pub use config::{LockConfig, LockConfigBuilder, ReplicaAcks};
 pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
 pub use factory::{LockFactory, NamedLock};
 pub use guard::LockGuard;

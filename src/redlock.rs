@@ -147,7 +147,7 @@ impl Redlock {
     }
 
     async fn connect_clients(
-        clients: Vec<(String, redis::Client)>,
+        clients: Vec<(String, crate::node::Target)>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
         Ok(Redlock {

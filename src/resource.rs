@@ -1,4 +1,16 @@
 //! Resource names and the Redis keys they map to.
+//!
+//! # Key layout
+//!
+//! By default a resource's key is its name after the configured prefix: `<prefix><name>`,
+//! the names other Redlock clients use. In the hash-tagged layout (a lock with a Redis
+//! Cluster member, or [`LockConfig::hash_tags`]) the whole key is one hash tag,
+//! `{<prefix><name>}`. Every other key of the lock is a brace-free prefix and that key
+//! (`quorumlock:waiters:{...}`, `quorumlock:watched:{...}`, `quorumlock:fence:{...}`, and
+//! the release channel `quorumlock:released:{...}`), so all of them hash to the lock key's
+//! slot and every script touches one slot. The tag is the text up to the key's first `}`:
+//! names that share it, such as `{orders}:1` and `{orders}:2`, share a slot too, which is
+//! how a lock over several resources stays in one slot.
 
 use std::sync::Arc;
 
@@ -40,7 +52,7 @@ impl Resources {
             validate(name)?;
             return Ok(Resources {
                 name: (*name).to_owned(),
-                keys: Arc::new([key_of(config, name)]),
+                keys: Arc::new([lock_key(config, name)?]),
             });
         }
         let mut names: Vec<&str> = resources.to_vec();
@@ -51,7 +63,13 @@ impl Resources {
                 return Err(invalid(name, "listed twice in one lock"));
             }
         }
-        let keys = names.iter().map(|name| key_of(config, name)).collect();
+        let keys: Keys = names
+            .iter()
+            .map(|name| lock_key(config, name))
+            .collect::<Result<_, _>>()?;
+        if config.one_slot() {
+            one_slot(&names, &keys)?;
+        }
         Ok(Resources {
             name: names.join(" + "),
             keys,
@@ -73,15 +91,48 @@ impl LockConfig {
     /// ```
     pub fn key_for(&self, resource: &str) -> Result<String, LockError> {
         validate(resource)?;
-        Ok(key_of(self, resource).to_string())
+        Ok(lock_key(self, resource)?.to_string())
     }
 }
 
-/// The Redis key of resource `name`: the name itself, or the configured prefix and the name.
-fn key_of(config: &LockConfig, name: &str) -> Arc<str> {
-    match config.key_prefix() {
-        Some(prefix) => format!("{prefix}{name}").into(),
-        None => Arc::from(name),
+/// The Redis key of resource `name`: the name itself, or the configured prefix and the
+/// name; in the hash-tagged layout, that in braces.
+fn lock_key(config: &LockConfig, name: &str) -> Result<Arc<str>, LockError> {
+    let prefix = config.key_prefix().unwrap_or_default();
+    if !config.hash_tags() {
+        return Ok(match config.key_prefix() {
+            Some(prefix) => format!("{prefix}{name}").into(),
+            None => Arc::from(name),
+        });
+    }
+    // `{}...` is an empty tag, which Redis ignores: the key would hash whole, and its queue
+    // keys and counter to other slots.
+    if prefix.is_empty() && name.starts_with('}') {
+        return Err(invalid(
+            name,
+            "in the hash-tagged key layout (a Redis Cluster member) a key cannot start \
+             with '}': its hash tag would be empty",
+        ));
+    }
+    Ok(format!("{{{prefix}{name}}}").into())
+}
+
+/// Refuses a lock whose keys are in different Redis Cluster slots: one script can only
+/// touch one slot, and splitting the all-or-none step across slots would need a second
+/// protocol (a lock per slot, with its own rollback) for no safety gained.
+fn one_slot(names: &[&str], keys: &[Arc<str>]) -> Result<(), LockError> {
+    use redis::cluster_routing::Slot;
+    let first = Slot::for_key(keys[0].as_bytes());
+    match keys
+        .iter()
+        .position(|key| Slot::for_key(key.as_bytes()) != first)
+    {
+        None => Ok(()),
+        Some(other) => Err(invalid(
+            names[other],
+            "on a Redis Cluster member the resources of one lock must share a hash slot: \
+             give them a common hash tag, such as `{orders}:1` and `{orders}:2`",
+        )),
     }
 }
 
@@ -149,6 +200,47 @@ mod tests {
             other => panic!("unexpected {:?}", other.map(|r| r.name)),
         }
         assert!(Resources::new(&config, &[&"x".repeat(MAX_RESOURCE_LEN)]).is_ok());
+    }
+
+    #[test]
+    fn hash_tagged_keys_put_every_key_of_a_lock_in_one_slot() {
+        use redis::cluster_routing::Slot;
+        let tagged = LockConfig::builder()
+            .key_prefix("lock:")
+            .hash_tags(true)
+            .build()
+            .unwrap();
+        let key = tagged.key_for("order:1").unwrap();
+        assert_eq!(key, "{lock:order:1}");
+        let slot = Slot::for_key(&key);
+        for derived in [
+            format!("quorumlock:waiters:{key}"),
+            format!("quorumlock:waiter-deadlines:{key}"),
+            format!("quorumlock:watched:{key}"),
+            crate::fencing::counter_key(&key),
+        ] {
+            assert_eq!(Slot::for_key(&derived), slot, "{derived}");
+        }
+        // Plain nodes keep the names other clients use.
+        assert_eq!(LockConfig::default().key_for("order:1").unwrap(), "order:1");
+    }
+
+    #[test]
+    fn a_cluster_lock_refuses_resources_in_different_slots() {
+        let cluster = LockConfig::default().for_cluster_members();
+        assert_eq!(cluster.key_for("a").unwrap(), "{a}");
+        let same = Resources::new(&cluster, &["{orders}:2", "{orders}:1"]).unwrap();
+        assert_eq!(&*same.keys[0], "{{orders}:1}");
+        let refused = Resources::new(&cluster, &["order:1", "order:2"]);
+        assert!(
+            matches!(refused, Err(LockError::InvalidResource { reason, .. }) if reason.contains("hash slot")),
+            "{:?}",
+            refused.map(|r| r.name)
+        );
+        assert!(Resources::new(&cluster, &["}x"]).is_err());
+        // Tagged by choice on standalone nodes: different slots are fine there.
+        let tagged = LockConfig::builder().hash_tags(true).build().unwrap();
+        assert!(Resources::new(&tagged, &["order:1", "order:2"]).is_ok());
     }
 
     #[test]

@@ -86,7 +86,7 @@ impl RedisLock {
     }
 
     async fn connect_clients(
-        clients: Vec<(String, redis::Client)>,
+        clients: Vec<(String, crate::node::Target)>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
         Ok(RedisLock {

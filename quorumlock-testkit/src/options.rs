@@ -30,6 +30,10 @@ pub struct NodeOptions {
     /// ([`RedisProcess::tls_url`](crate::RedisProcess::tls_url)); the plain port stays for
     /// the harness's own connections (readiness, helpers). Process backend only.
     pub tls: Option<NodeTls>,
+    /// When set, nodes run cluster-enabled (`--cluster-enabled yes`), ready to be joined
+    /// into a Redis Cluster by [`ShardedCluster`](crate::ShardedCluster), on ports whose
+    /// cluster bus port (the port + 10000) is free too.
+    pub cluster_enabled: bool,
 }
 
 /// The TLS settings of a test node (`--tls-port`, `--tls-cert-file`, `--tls-key-file`,
@@ -106,6 +110,27 @@ impl NodeOptions {
         }
         if let Some(password) = &self.password {
             args.extend(["--requirepass".into(), password.clone()]);
+            if self.cluster_enabled {
+                // Replicas authenticate to their master with the same password.
+                args.extend(["--masterauth".into(), password.clone()]);
+            }
+        }
+        if self.cluster_enabled {
+            args.extend(
+                [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    // Fast failure detection, so that failover tests take seconds.
+                    "--cluster-node-timeout",
+                    "1000",
+                    // A lost master fails its own slots only, not the whole cluster.
+                    "--cluster-require-full-coverage",
+                    "no",
+                ]
+                .map(String::from),
+            );
         }
         args
     }

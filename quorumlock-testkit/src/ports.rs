@@ -21,3 +21,24 @@ pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
         .collect::<std::io::Result<Vec<_>>>()?;
     Ok(ports)
 }
+
+/// The highest port a cluster node may use: its cluster bus listens 10000 ports higher.
+const MAX_CLUSTER_PORT: u16 = 55535;
+
+/// A port for a cluster-enabled node: free a moment ago, at most [`MAX_CLUSTER_PORT`], with
+/// its cluster bus port free too.
+pub(crate) fn free_cluster_port() -> Result<u16> {
+    use rand::Rng;
+    for _ in 0..256 {
+        let port = rand::rng().random_range(20_000..=MAX_CLUSTER_PORT);
+        let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "no free port pair (port, port + 10000) for a cluster node",
+    )
+    .into())
+}

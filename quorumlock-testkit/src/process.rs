@@ -15,7 +15,7 @@ use crate::binary::ServerBinary;
 use crate::direct::{self, DirectNode, HELPER_TIMEOUT, READY_POLL, READY_TIMEOUT};
 use crate::error::{Result, TestkitError};
 use crate::options::NodeOptions;
-use crate::ports::free_port;
+use crate::ports::{free_cluster_port, free_port};
 use crate::signal::{send_signal, wait_stopped_state, Signal};
 use crate::state::NodeState;
 
@@ -89,7 +89,11 @@ impl RedisProcess {
                     if attempt < PORT_ATTEMPTS =>
                 {
                     attempt += 1;
-                    node.port = free_port()?;
+                    node.port = if node.options.cluster_enabled {
+                        free_cluster_port()?
+                    } else {
+                        free_port()?
+                    };
                     if node.tls_port.is_some() {
                         node.tls_port = Some(free_port()?);
                     }

@@ -112,6 +112,26 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets whether keys carry a hash tag on every node; see [`LockConfig::hash_tags`].
+    pub fn hash_tags(mut self, hash_tags: bool) -> Self {
+        self.config.deployment_mut().hash_tags = hash_tags;
+        self
+    }
+
+    /// Sets the replica acknowledgements each grant waits for; see
+    /// [`LockConfig::replica_acks`].
+    pub fn replica_acks(mut self, acks: impl Into<Option<super::ReplicaAcks>>) -> Self {
+        self.config.deployment_mut().replica_acks = acks.into();
+        self
+    }
+
+    /// Sets whether a Sentinel URL may be a member of a `Redlock`; see
+    /// [`LockConfig::sentinel_members`].
+    pub fn sentinel_members(mut self, allow: bool) -> Self {
+        self.config.deployment_mut().sentinel_members = allow;
+        self
+    }
+
     /// Validates the settings and returns the configuration.
     pub fn build(self) -> Result<LockConfig, ConfigError> {
         self.config.validate()?;

@@ -3,6 +3,7 @@
 //! [`LockConfigBuilder`] builds one, and the rules each must pass are in `rules`.
 
 mod builder;
+mod deployment;
 mod rules;
 mod units;
 mod wait;
@@ -14,6 +15,8 @@ use tokio::time::Instant;
 use crate::error::ConfigError;
 
 pub use self::builder::LockConfigBuilder;
+pub(crate) use self::deployment::Deployment;
+pub use self::deployment::ReplicaAcks;
 pub(crate) use self::units::{micros, millis};
 
 /// The settings a lock runs with: TTL, retries, clock-drift allowance and per-node timeout.
@@ -113,6 +116,8 @@ pub struct LockConfig {
     fencing: bool,
     fencing_on_volatile_nodes: bool,
     acquire_timeout: Option<Duration>,
+    /// The deployment settings: key layout, replica acknowledgements, Sentinel members.
+    deployment: Deployment,
 }
 
 impl LockConfig {
@@ -312,6 +317,7 @@ impl Default for LockConfig {
             fencing: false,
             fencing_on_volatile_nodes: false,
             acquire_timeout: None,
+            deployment: Deployment::default(),
         }
     }
 }

@@ -1,7 +1,27 @@
 //! A node's address: its name for logs and errors (the address without credentials), and
 //! the clients for a lock's URLs or the caller's clients, each with its name.
+//!
+//! A URL names one member of a lock: a standalone master (`redis://`, `rediss://`,
+//! `redis+unix://`), or a Redis Cluster (`redis+cluster://host:port[,host:port...]`,
+//! `rediss+cluster://` with TLS), given by one or more seed nodes from which the cluster
+//! client discovers the rest.
 
 use crate::error::LockError;
+
+/// What one member of a lock is, and the client that reaches it.
+// Made once per member when a lock connects: the size of a client is of no concern.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// A standalone master.
+    Server(redis::Client),
+    /// A Redis Cluster, which votes once.
+    Cluster(redis::cluster::ClusterClient),
+}
+
+/// The URL schemes of a Redis Cluster member.
+const CLUSTER_SCHEMES: [(&str, &str); 2] =
+    [("redis+cluster", "redis"), ("rediss+cluster", "rediss")];
 
 /// A URL with any user name, password and query removed, fit for logs and errors.
 ///
@@ -33,31 +53,100 @@ pub fn redact_url(url: &str) -> String {
 pub(crate) fn clients_for_urls<S: AsRef<str>>(
     urls: impl IntoIterator<Item = S>,
     #[cfg(feature = "tls")] tls: Option<&crate::tls::TlsOptions>,
-) -> Result<Vec<(String, redis::Client)>, LockError> {
+) -> Result<Vec<(String, Target)>, LockError> {
     urls.into_iter()
         .map(|url| {
             let url = url.as_ref();
+            let invalid = |reason: String| LockError::InvalidNode {
+                node: redact_url(url),
+                reason,
+            };
+            if let Some(seeds) = cluster_seeds(url) {
+                #[cfg(feature = "tls")]
+                if tls.is_some_and(|tls| !tls.is_default()) {
+                    return Err(invalid(
+                        "TLS options are not applied to cluster members; a \
+                         `rediss+cluster://` URL uses the public roots"
+                            .to_owned(),
+                    ));
+                }
+                return cluster_client(seeds?)
+                    .map(|client| (redact_url(url), Target::Cluster(client)))
+                    .map_err(invalid);
+            }
             #[cfg(feature = "tls")]
             if let Some(tls) = tls {
-                return tls.client(url).map(|client| (redact_url(url), client));
+                return tls
+                    .client(url)
+                    .map(|client| (redact_url(url), Target::Server(client)));
             }
             redis::Client::open(url)
-                .map(|client| (redact_url(url), client))
-                .map_err(|err| LockError::InvalidNode {
-                    node: redact_url(url),
-                    reason: err.to_string(),
-                })
+                .map(|client| (redact_url(url), Target::Server(client)))
+                .map_err(|err| invalid(err.to_string()))
         })
         .collect()
+}
+
+/// The seed URLs of a cluster URL (`redis+cluster://[user:pw@]h1:p1,h2:p2[/][?...]`), each
+/// a plain URL with the credentials and query of the whole; `None` for another scheme.
+fn cluster_seeds(url: &str) -> Option<Result<Vec<String>, LockError>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (_, plain) = CLUSTER_SCHEMES
+        .iter()
+        .find(|(cluster, _)| scheme.eq_ignore_ascii_case(cluster))?;
+    let invalid = |reason: &str| LockError::InvalidNode {
+        node: redact_url(url),
+        reason: reason.to_owned(),
+    };
+    let (authority, query) = match rest.find(['/', '?', '#']) {
+        Some(end) => rest.split_at(end),
+        None => (rest, ""),
+    };
+    // A database number means nothing on a cluster; anything but a query is refused.
+    let query = query.trim_start_matches('/');
+    if !(query.is_empty() || query.starts_with(['?', '#'])) {
+        return Some(Err(invalid(
+            "a cluster URL takes no path (Redis Cluster has one database)",
+        )));
+    }
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let seeds: Vec<String> = hosts
+        .split(',')
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("{plain}://{credentials}{host}{query}"))
+        .collect();
+    if seeds.is_empty() {
+        return Some(Err(invalid("a cluster URL needs at least one seed node")));
+    }
+    Some(Ok(seeds))
+}
+
+/// The cluster client for `seeds`.
+fn cluster_client(seeds: Vec<String>) -> Result<redis::cluster::ClusterClient, String> {
+    #[cfg(feature = "tls")]
+    if seeds.iter().any(|seed| seed.starts_with("rediss://")) {
+        crate::tls::install_crypto_provider();
+    }
+    redis::cluster::ClusterClient::builder(seeds)
+        .build()
+        .map_err(|err| err.to_string())
 }
 
 /// The clients given by the caller, each named after its address ([`client_name`]).
 pub(crate) fn named_clients(
     clients: impl IntoIterator<Item = redis::Client>,
-) -> Vec<(String, redis::Client)> {
+) -> Vec<(String, Target)> {
     clients
         .into_iter()
-        .map(|client| (client_name(client.get_connection_info()), client))
+        .map(|client| {
+            (
+                client_name(client.get_connection_info()),
+                Target::Server(client),
+            )
+        })
         .collect()
 }
 
@@ -92,7 +181,30 @@ fn bracketed(host: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{cluster_seeds, redact_url};
+
+    #[test]
+    fn a_cluster_url_gives_one_seed_per_host_with_the_credentials_of_the_whole() {
+        let seeds = cluster_seeds("redis+cluster://:pw@10.0.0.1:7001,10.0.0.2:7002/?protocol=3")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            seeds,
+            [
+                "redis://:pw@10.0.0.1:7001?protocol=3",
+                "redis://:pw@10.0.0.2:7002?protocol=3"
+            ]
+        );
+        let tls = cluster_seeds("rediss+cluster://h:1").unwrap().unwrap();
+        assert_eq!(tls, ["rediss://h:1"]);
+        assert!(cluster_seeds("redis://h:1").is_none());
+        assert!(cluster_seeds("redis+cluster://h:1/2").unwrap().is_err());
+        assert!(cluster_seeds("redis+cluster://").unwrap().is_err());
+        assert_eq!(
+            redact_url("redis+cluster://:pw@h:1,g:2"),
+            "redis+cluster://h:1,g:2"
+        );
+    }
 
     #[test]
     fn redaction_removes_every_credential() {

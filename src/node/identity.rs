@@ -29,6 +29,9 @@ pub(crate) enum ServerId {
     /// The address the server reports for our connection (`laddr` of `CLIENT INFO`), where
     /// `INFO` is denied.
     Address(String),
+    /// The node id of one node of a Redis Cluster (`CLUSTER NODES`), fixed for the node's
+    /// life: a cluster member claims every node of its cluster.
+    ClusterNode(String),
 }
 
 impl fmt::Display for ServerId {
@@ -36,6 +39,7 @@ impl fmt::Display for ServerId {
         match self {
             ServerId::RunId(run_id) => write!(f, "run_id {run_id}"),
             ServerId::Address(address) => write!(f, "address {address}"),
+            ServerId::ClusterNode(id) => write!(f, "cluster node {id}"),
         }
     }
 }
@@ -116,7 +120,7 @@ impl fmt::Display for Refusal {
             Refusal::ClusterNode => f.write_str(
                 "a Redis Cluster node (cluster_enabled:1): a lock's keys may live in other \
                  slots, and its release would fail with CROSSSLOT, leaving the key for a \
-                 whole TTL; use independent standalone masters",
+                 whole TTL; write the cluster as one member, `redis+cluster://host:port`",
             ),
             Refusal::Volatile { known: true } => f.write_str(
                 "keeps no append-only file (aof_enabled:0), so a restart loses its fencing \
@@ -143,8 +147,8 @@ impl fmt::Display for Refusal {
 pub(crate) struct Admission {
     /// Whether each server must keep an append-only file (fencing on, not opted out).
     pub(crate) needs_persistence: bool,
-    /// The server each node reached last, by node name.
-    servers: Mutex<HashMap<String, ServerId>>,
+    /// The servers each node reached last, by node name: one, or every node of a cluster.
+    servers: Mutex<HashMap<String, Vec<ServerId>>>,
 }
 
 impl Admission {
@@ -170,22 +174,50 @@ impl Admission {
                 known: facts.append_only.is_some(),
             });
         }
+        let ids: Vec<ServerId> = facts.id.iter().cloned().collect();
+        self.claim(node, ids, || facts.describe())
+    }
+
+    /// Whether `node`, a Redis Cluster whose nodes are `ids` and whose masters do (or do
+    /// not, or would not say whether they) keep an append-only file, may serve the lock;
+    /// if so, every node of that cluster is now `node`'s, and no other member may count
+    /// any of them (two seeds of one cluster are one member).
+    pub(crate) fn admit_cluster(
+        &self,
+        node: &str,
+        ids: Vec<ServerId>,
+        append_only: Option<bool>,
+    ) -> Result<(), Refusal> {
+        if self.needs_persistence && append_only != Some(true) {
+            return Err(Refusal::Volatile {
+                known: append_only.is_some(),
+            });
+        }
+        self.claim(node, ids, || "the same Redis Cluster".to_owned())
+    }
+
+    /// Claims `ids` for `node`, unless another node claimed one of them.
+    fn claim(
+        &self,
+        node: &str,
+        ids: Vec<ServerId>,
+        describe: impl FnOnce() -> String,
+    ) -> Result<(), Refusal> {
         let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(id) = &facts.id else {
+        if ids.is_empty() {
             // Nothing to compare: the node keeps no claim, and only its URL tells it apart.
             servers.remove(node);
             return Ok(());
-        };
-        if let Some((other, _)) = servers
-            .iter()
-            .find(|(other, server)| other.as_str() != node && *server == id)
-        {
+        }
+        if let Some((other, _)) = servers.iter().find(|(other, claimed)| {
+            other.as_str() != node && claimed.iter().any(|id| ids.contains(id))
+        }) {
             return Err(Refusal::SameServer {
                 other: other.clone(),
-                server: facts.describe(),
+                server: describe(),
             });
         }
-        servers.insert(node.to_owned(), id.clone());
+        servers.insert(node.to_owned(), ids);
         Ok(())
     }
 }
@@ -364,6 +396,36 @@ mod tests {
         assert_eq!(admission.admit("n", &durable), Ok(()));
         // Without fencing, persistence is not asked for.
         assert_eq!(Admission::new(false).admit("n", &facts(INFO)), Ok(()));
+    }
+
+    #[test]
+    fn two_members_on_one_cluster_are_refused() {
+        let admission = Admission::default();
+        let ids = |names: &[&str]| -> Vec<ServerId> {
+            names
+                .iter()
+                .map(|id| ServerId::ClusterNode((*id).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            admission.admit_cluster("redis+cluster://a:1", ids(&["x", "y"]), None),
+            Ok(())
+        );
+        assert_eq!(
+            admission.admit_cluster("redis+cluster://b:1", ids(&["z"]), None),
+            Ok(())
+        );
+        // Another seed of the first cluster: one node in common is enough.
+        let refusal = admission
+            .admit_cluster("redis+cluster://a:2", ids(&["y", "w"]), None)
+            .unwrap_err();
+        assert!(
+            matches!(refusal, Refusal::SameServer { ref other, .. } if other == "redis+cluster://a:1")
+        );
+        assert_eq!(
+            Admission::new(true).admit_cluster("c", ids(&["q"]), Some(false)),
+            Err(Refusal::Volatile { known: true })
+        );
     }
 
     #[test]

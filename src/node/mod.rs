@@ -17,6 +17,7 @@
 //! all of them or for none.
 
 mod address;
+mod cluster;
 mod identity;
 mod link;
 mod redis;
@@ -24,6 +25,7 @@ mod releases;
 mod request;
 pub(crate) mod scripts;
 mod silence;
+mod transport;
 mod unawaited;
 mod watch;
 
@@ -39,7 +41,7 @@ use crate::error::NodeError;
 use crate::token::LockToken;
 
 pub use self::address::{client_name, redact_url};
-pub(crate) use self::address::{clients_for_urls, named_clients};
+pub(crate) use self::address::{clients_for_urls, named_clients, Target};
 pub(crate) use self::redis::connect_checked;
 pub use self::redis::RedisNode;
 pub use self::request::{NodeReply, NodeRequest, QueuePlace};

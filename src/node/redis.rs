@@ -12,12 +12,14 @@ use futures::FutureExt;
 use redis::{AsyncConnectionConfig, Cmd, RedisError, Value};
 use tokio::time::Instant;
 
+use super::cluster::ClusterLink;
 use super::identity::{Admission, Rejection};
 use super::link::{is_unreachable, Link, LinkSettings};
 use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
 use super::scripts::{NodeScripts, Resend, ScriptCall};
+use super::transport::Transport;
 use super::unawaited::{Awaited, Bounds, Keep, Request, Unawaited};
-use super::{client_name, redact_url};
+use super::{client_name, redact_url, Target};
 use crate::config::LockConfig;
 use crate::error::{LockError, NodeError};
 use crate::metrics::Counters;
@@ -49,14 +51,15 @@ use crate::metrics::Counters;
 #[derive(Clone)]
 pub struct RedisNode {
     name: String,
-    link: Arc<Link>,
+    link: Transport,
     scripts: Arc<NodeScripts>,
     /// Whether the last request that ended had an answer from the node (see
     /// [`NodeHints::sends_when_polled`](super::NodeHints::sends_when_polled)).
     answering: Arc<AtomicBool>,
     /// Takes requests sent and no longer awaited, so that they still go out.
     unawaited: Unawaited,
-    releases: Arc<ReleaseListener>,
+    /// The pub/sub side; `None` where releases are not announced (a cluster member).
+    releases: Option<Arc<ReleaseListener>>,
     announce_releases: bool,
     /// What a request that timed out on the link reports.
     request_timeout: Duration,
@@ -161,13 +164,50 @@ impl RedisNode {
             admission,
             Arc::clone(&counters),
         );
+        Self::on(
+            name,
+            Transport::Server(Arc::new(link)),
+            Some(releases),
+            timeouts,
+            counters,
+        )
+    }
+
+    /// A node on the Redis Cluster `client` reaches, one member of the lock, called `name`,
+    /// among the nodes sharing `admission`. Its releases are not announced: a waiter
+    /// retries after its jittered delay (docs/operations.md, "Redis Cluster members").
+    pub(crate) fn open_cluster(
+        client: redis::cluster::ClusterClient,
+        name: String,
+        timeouts: NodeTimeouts,
+        admission: Arc<Admission>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        let link = ClusterLink::new(name.clone(), client, timeouts.connect, admission);
+        Self::on(
+            name,
+            Transport::Cluster(Arc::new(link)),
+            None,
+            timeouts,
+            counters,
+        )
+        .announce_releases(false)
+    }
+
+    fn on(
+        name: String,
+        link: Transport,
+        releases: Option<Arc<ReleaseListener>>,
+        timeouts: NodeTimeouts,
+        counters: Arc<Counters>,
+    ) -> Self {
         let bounds = Bounds {
             kept_for: timeouts.kept_for(),
             most: MOST_UNAWAITED,
         };
         RedisNode {
             name,
-            link: Arc::new(link),
+            link,
             scripts: Arc::new(NodeScripts::new()),
             answering: Arc::new(AtomicBool::new(false)),
             unawaited: Unawaited::start(timeouts.request, bounds, counters),
@@ -186,7 +226,7 @@ impl RedisNode {
     /// Whether releases are announced over pub/sub and waited for (on by default). Off,
     /// waiters retry after their jittered delay only, as with other Redlock clients.
     pub fn announce_releases(mut self, announce: bool) -> Self {
-        self.announce_releases = announce;
+        self.announce_releases = announce && self.releases.is_some();
         self
     }
 
@@ -194,7 +234,7 @@ impl RedisNode {
     /// out even if this future is dropped (see [`Unawaited`]), while the node's patience
     /// lasts.
     async fn query<T: redis::FromRedisValue>(&self, command: Cmd) -> redis::RedisResult<T> {
-        let link = Arc::clone(&self.link);
+        let link = self.link.clone();
         let now = Instant::now();
         let request: Request = Box::pin(async move { link.send(&command, now).await });
         let result = self.await_request(request, now, Keep::WhilePatient).await;
@@ -242,7 +282,7 @@ impl RedisNode {
     async fn run_repeatable_script(&self, call: &ScriptCall<'_>) -> Result<u64, NodeError> {
         let command = call.command();
         let script = Arc::clone(call.script());
-        let link = Arc::clone(&self.link);
+        let link = self.link.clone();
         let made = Instant::now();
         let request: Request = Box::pin(async move {
             let mut first = Some(made);
@@ -250,7 +290,7 @@ impl RedisNode {
             script
                 .invoke(&command, resend, |command| {
                     let now = first.take().unwrap_or_else(Instant::now);
-                    Arc::clone(&link)
+                    link.clone()
                         .send(command, now)
                         .map(|reply| reply.and_then(Value::extract_error))
                 })
@@ -264,6 +304,11 @@ impl RedisNode {
     fn integer(&self, reply: redis::RedisResult<Value>) -> Result<u64, NodeError> {
         let reply = reply.map_err(|err| self.node_error(err))?;
         redis::from_redis_value(reply).map_err(|err| self.node_error(err.into()))
+    }
+
+    /// The pub/sub side, when releases are announced.
+    fn listener(&self) -> Option<&ReleaseListener> {
+        self.releases.as_deref().filter(|_| self.announce_releases)
     }
 
     /// The channel prefix the scripts announce releases on; empty when they must not.
@@ -301,7 +346,7 @@ impl RedisNode {
 /// cannot be reached now is kept: it counts as failed until it comes back, and is checked
 /// then.
 pub(crate) async fn connect_checked(
-    clients: Vec<(String, redis::Client)>,
+    clients: Vec<(String, Target)>,
     config: &LockConfig,
     counters: &Arc<Counters>,
 ) -> Result<Vec<RedisNode>, LockError> {
@@ -314,15 +359,18 @@ pub(crate) async fn connect_checked(
     ));
     let nodes: Vec<RedisNode> = clients
         .into_iter()
-        .map(|(name, client)| {
-            RedisNode::open(
-                client,
-                name,
-                timeouts,
-                Arc::clone(&admission),
-                Arc::clone(counters),
-            )
-            .announce_releases(config.notify_releases())
+        .map(|(name, target)| {
+            let admission = Arc::clone(&admission);
+            let counters = Arc::clone(counters);
+            match target {
+                Target::Server(client) => {
+                    RedisNode::open(client, name, timeouts, admission, counters)
+                        .announce_releases(config.notify_releases())
+                }
+                Target::Cluster(client) => {
+                    RedisNode::open_cluster(client, name, timeouts, admission, counters)
+                }
+            }
         })
         .collect();
     let checks = futures::future::join_all(nodes.iter().map(RedisNode::check)).await;

@@ -97,9 +97,19 @@ impl Coordinator {
     /// and checked at once (see [`connect_checked`](crate::node::connect_checked)), the
     /// nodes counting into the coordinator's counters.
     pub(crate) async fn connected(
-        clients: Vec<(String, redis::Client)>,
+        clients: Vec<(String, crate::node::Target)>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
+        // A cluster member routes each script by its first key: every key of a lock must
+        // share that key's slot, on every member alike.
+        let config = if clients
+            .iter()
+            .any(|(_, target)| matches!(target, crate::node::Target::Cluster(_)))
+        {
+            config.for_cluster_members()
+        } else {
+            config
+        };
         let counters = Arc::default();
         let nodes = crate::node::connect_checked(clients, &config, &counters)
             .await?
@@ -109,8 +119,13 @@ impl Coordinator {
         Self::with_counters(nodes, config, counters)
     }
 
-    /// The same nodes with another configuration.
+    /// The same nodes with another configuration (keeping the key layout the nodes need).
     pub(crate) fn with_config(&self, config: LockConfig) -> Self {
+        let config = if self.config.one_slot() {
+            config.for_cluster_members()
+        } else {
+            config
+        };
         Coordinator {
             nodes: Arc::clone(&self.nodes),
             counters: Arc::clone(&self.counters),

@@ -65,15 +65,14 @@ impl LockNode for RedisNode {
                     self.leave_queue(keys, waiter).await?;
                     NodeReply::Done(true)
                 }
-                NodeRequest::WatchReleases { key } if self.announce_releases => {
-                    NodeReply::Watch(self.releases.watch_key(key).await)
-                }
-                NodeRequest::WatchReservations { client } if self.announce_releases => {
-                    NodeReply::Watch(self.releases.watch_waiters(client).await)
-                }
-                NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
-                    NodeReply::Unsupported
-                }
+                NodeRequest::WatchReleases { key } => match self.listener() {
+                    Some(releases) => NodeReply::Watch(releases.watch_key(key).await),
+                    None => NodeReply::Unsupported,
+                },
+                NodeRequest::WatchReservations { client } => match self.listener() {
+                    Some(releases) => NodeReply::Watch(releases.watch_waiters(client).await),
+                    None => NodeReply::Unsupported,
+                },
             };
             Ok(reply)
         }

@@ -1,0 +1,215 @@
+//! Redis Cluster deployments as lock members, on real local clusters
+//! ([`ShardedCluster`]): one cluster as a `RedisLock`, a `Redlock` of three clusters, a mix
+//! of clusters and standalone masters, and the faults a cluster brings: a master killed, a
+//! slot migrated while a lock is held.
+//!
+//! Each test starts its own small clusters (3 masters, no replicas) and runs several
+//! scenarios on them in turn, which keeps the processes started per scenario, and so CI
+//! time, low.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, TTL};
+use quorumlock::fencing::counter_key;
+use quorumlock::{LockConfig, LockError, RedisLock, Redlock};
+use quorumlock_testkit::{RedisCluster, ShardedCluster};
+
+async fn sharded(masters: usize, replicas: usize) -> ShardedCluster {
+    ShardedCluster::start(masters, replicas)
+        .await
+        .expect("start a local Redis Cluster (redis-server 7)")
+}
+
+/// The test configuration, on cluster members: no retries, a 10 s TTL, 200 ms per node
+/// (a cluster request may follow a redirect).
+fn cluster_config() -> LockConfig {
+    LockConfig::builder()
+        .ttl(TTL)
+        .node_timeout(Duration::from_millis(200))
+        .retry_count(0)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn one_cluster_as_a_redis_lock() {
+    let cluster = sharded(3, 0).await;
+    let lock = RedisLock::connect(&cluster.url(), cluster_config())
+        .await
+        .unwrap();
+
+    // Acquire: the key is hash-tagged and lives on the master of its slot.
+    let guard = lock.try_acquire("order:1").await.unwrap();
+    assert_eq!(
+        cluster.get("{order:1}").await.unwrap().as_deref(),
+        Some(guard.token().as_str())
+    );
+    let pttl = cluster.pttl("{order:1}").await.unwrap();
+    assert!(pttl > 9_000 && pttl <= 10_000, "{pttl}");
+
+    // Contention: a second owner is refused.
+    let err = lock.try_acquire("order:1").await.unwrap_err();
+    assert!(matches!(err, LockError::Held { .. }), "{err:?}");
+
+    // Refresh, check and release, each one script in one slot.
+    let mut guard = guard;
+    guard.refresh().await.unwrap();
+    assert!(guard.is_acquired().await.unwrap());
+    guard.release().await.unwrap();
+    assert_eq!(cluster.get("{order:1}").await.unwrap(), None);
+
+    // Keys spread over the masters: enough resources reach every master.
+    let mut owners = std::collections::BTreeSet::new();
+    for i in 0..24 {
+        let resource = format!("spread:{i}");
+        let guard = lock.try_acquire(&resource).await.unwrap();
+        owners.insert(cluster.owner_of(&format!("{{{resource}}}")).await.unwrap());
+        guard.release().await.unwrap();
+    }
+    assert_eq!(owners.len(), 3, "{owners:?}");
+
+    // Multi-resource: one slot works (a common hash tag), two slots are refused up front.
+    let both = lock
+        .try_acquire_many(&["{orders}:1", "{orders}:2"])
+        .await
+        .unwrap();
+    assert!(cluster.get("{{orders}:1}").await.unwrap().is_some());
+    both.release().await.unwrap();
+    let err = lock
+        .try_acquire_many(&["order:1", "order:2"])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidResource { reason, .. } if reason.contains("hash slot")),
+        "{err:?}"
+    );
+
+    // Fair hand-off: a blocked waiter gets the lock once the holder releases.
+    let fair = RedisLock::connect(
+        &cluster.url(),
+        cluster_config()
+            .to_builder()
+            .retry_count(40)
+            .retry_delay(Duration::from_millis(50))
+            .retry_jitter(Duration::from_millis(10))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let held = fair.try_acquire("queue:1").await.unwrap();
+    let waiter = {
+        let fair = fair.clone();
+        tokio::spawn(async move { fair.acquire("queue:1").await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    held.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    next.release().await.unwrap();
+
+    // Fencing: tokens grow across holders, the counter lives in the lock's slot.
+    let fenced = RedisLock::connect(
+        &cluster.url(),
+        cluster_config()
+            .to_builder()
+            .fencing(true)
+            .fencing_on_volatile_nodes(true)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let first = fenced.try_acquire("fence:1").await.unwrap();
+    let first_token = first.fencing_token().unwrap();
+    first.release().await.unwrap();
+    let second = fenced.try_acquire("fence:1").await.unwrap();
+    assert!(second.fencing_token().unwrap() > first_token);
+    let counter = counter_key("{fence:1}");
+    assert_eq!(
+        cluster.slot_of(&counter).await.unwrap(),
+        cluster.slot_of("{fence:1}").await.unwrap()
+    );
+    assert_eq!(
+        cluster.get(&counter).await.unwrap(),
+        Some(second.fencing_token().unwrap().to_string())
+    );
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_standalone_url_on_a_cluster_node_is_refused_and_says_what_to_write() {
+    let cluster = sharded(3, 0).await;
+    let err = RedisLock::connect(&cluster.node(0).url(), cluster_config())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidNode { reason, .. } if reason.contains("redis+cluster://")),
+        "{err:?}"
+    );
+    // Two seeds of one cluster are one member, listed twice.
+    let seed = |i: usize| format!("redis+cluster://{}", cluster.node(i).address());
+    let standalone = RedisCluster::start(1).await.unwrap();
+    let err = Redlock::connect(
+        [seed(0), seed(1), standalone.urls()[0].clone()],
+        cluster_config(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidNode { reason, .. } if reason.contains("same")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_redlock_of_three_clusters_survives_a_killed_master() {
+    let (a, b, c) = tokio::join!(sharded(3, 0), sharded(3, 0), sharded(3, 0));
+    let mut clusters = [a, b, c];
+    let urls: Vec<String> = clusters.iter().map(ShardedCluster::url).collect();
+    let lock = Redlock::connect(&urls, cluster_config()).await.unwrap();
+
+    let guard = lock.try_acquire("job:1").await.unwrap();
+    for cluster in &clusters {
+        assert_eq!(
+            cluster.get("{job:1}").await.unwrap().as_deref(),
+            Some(guard.token().as_str())
+        );
+    }
+    assert!(matches!(
+        lock.try_acquire("job:1").await.unwrap_err(),
+        LockError::Held { .. }
+    ));
+    guard.release().await.unwrap();
+
+    // Kill the master of `job:2`'s slot in the first cluster: that member fails for that
+    // slot only; the quorum (2 of 3) holds, and the member still serves other slots.
+    let owner = clusters[0].owner_of("{job:2}").await.unwrap();
+    clusters[0].node_mut(owner).kill().await.unwrap();
+    let guard = lock.try_acquire("job:2").await.unwrap();
+    let tally = guard.tally().clone();
+    assert_eq!(tally.granted, 2, "{tally:?}");
+    guard.release().await.unwrap();
+    let mut other = None;
+    for i in 0..200 {
+        let resource = format!("job:other:{i}");
+        let served_by = clusters[0].owner_of(&format!("{{{resource}}}")).await;
+        if served_by.is_ok_and(|node| node != owner) {
+            other = Some(resource);
+            break;
+        }
+    }
+    let other = other.unwrap();
+    let guard = lock.try_acquire(&other).await.unwrap();
+    let key = format!("{{{other}}}");
+    eventually(
+        "the first cluster serves another slot",
+        Duration::from_secs(5),
+        || async {
+            clusters[0].get(&key).await.ok().flatten().as_deref() == Some(guard.token().as_str())
+        },
+    )
+    .await;
+    guard.release().await.unwrap();
+}
