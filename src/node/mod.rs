@@ -19,7 +19,7 @@
 mod address;
 mod cluster;
 mod identity;
-mod link;
+pub(crate) mod link;
 mod redis;
 mod releases;
 mod request;
@@ -28,6 +28,7 @@ mod silence;
 mod transport;
 mod unawaited;
 mod watch;
+pub(crate) mod wire;
 
 use std::fmt;
 use std::future::Future;
