@@ -213,3 +213,64 @@ async fn a_redlock_of_three_clusters_survives_a_killed_master() {
     .await;
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_slot_migrated_while_the_lock_is_held_and_extended_keeps_exclusion() {
+    let cluster = sharded(3, 0).await;
+    // A short TTL, extended every 200 ms: the migration takes several extensions.
+    let config = LockConfig::builder()
+        .ttl(Duration::from_secs(2))
+        .node_timeout(Duration::from_millis(100))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let lock = RedisLock::connect(&cluster.url(), config).await.unwrap();
+    let rival = RedisLock::connect(&cluster.url(), config_clone(&lock))
+        .await
+        .unwrap();
+    let key = "{migrating:1}";
+    let mut guard = lock.try_acquire("migrating:1").await.unwrap();
+    guard
+        .auto_extend(quorumlock::AutoExtend::default().every(Duration::from_millis(200)))
+        .unwrap();
+    let lost = guard.lost();
+    let slot = cluster.slot_of(key).await.unwrap();
+    let from = cluster.owner_of_slot(slot).await.unwrap();
+    let to = (from + 1) % 3;
+
+    // Half a second in each half of the move: extensions meet the key on the source while
+    // the slot is migrating, then through `ASK` on the target once the key moved.
+    cluster
+        .migrate_slot(slot, to, Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert_eq!(cluster.owner_of_slot(slot).await.unwrap(), to);
+    // Exclusion held throughout: the rival is refused before and after the move.
+    assert!(matches!(
+        rival.try_acquire("migrating:1").await.unwrap_err(),
+        LockError::Held { .. }
+    ));
+    // Extensions keep landing on the new owner, past the original TTL.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!lost.is_lost(), "{:?}", lost.ended());
+    assert_eq!(
+        cluster.node(to).get(key).await.unwrap().as_deref(),
+        Some(guard.token().as_str())
+    );
+    assert!(cluster.node(to).pttl(key).await.unwrap() > 0);
+    assert!(guard.is_acquired().await.unwrap());
+    // Release finds the key where it moved.
+    guard.release().await.unwrap();
+    assert_eq!(cluster.node(to).get(key).await.unwrap(), None);
+    rival
+        .try_acquire("migrating:1")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+fn config_clone(lock: &RedisLock) -> LockConfig {
+    quorumlock::DistributedLock::config(lock).clone()
+}

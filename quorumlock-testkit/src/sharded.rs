@@ -251,8 +251,10 @@ impl ShardedCluster {
 
     /// Moves `slot` and its keys to the master `to`, as a resharding does: the target
     /// imports, the source migrates (clients get `ASK` for keys already moved), the keys go
-    /// over with `MIGRATE`, and every master is told the slot's new owner.
-    pub async fn migrate_slot(&self, slot: u16, to: usize) -> Result<()> {
+    /// over with `MIGRATE`, and every master is told the slot's new owner. It pauses for
+    /// `pause` after marking the slot migrating and again after moving the keys, so that
+    /// clients meet both halves of the move.
+    pub async fn migrate_slot(&self, slot: u16, to: usize, pause: Duration) -> Result<()> {
         let from = self.owner_of_slot(slot).await?;
         if from == to {
             return Ok(());
@@ -263,6 +265,7 @@ impl ShardedCluster {
         query::<()>(target, "SETSLOT IMPORTING", &importing).await?;
         let migrating = cluster(&["SETSLOT", &slot_arg, "MIGRATING", &self.ids[to]]);
         query::<()>(source, "SETSLOT MIGRATING", &migrating).await?;
+        tokio::time::sleep(pause).await;
         loop {
             let keys: Vec<String> = query(
                 source,
@@ -284,6 +287,7 @@ impl ShardedCluster {
                 .arg(&keys);
             query::<()>(source, "MIGRATE", &migrate).await?;
         }
+        tokio::time::sleep(pause).await;
         let assign = cluster(&["SETSLOT", &slot_arg, "NODE", &self.ids[to]]);
         query::<()>(target, "SETSLOT NODE", &assign).await?;
         query::<()>(source, "SETSLOT NODE", &assign).await?;
