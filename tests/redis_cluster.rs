@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, TTL};
+use common::{command_calls, eventually, TTL};
 use quorumlock::fencing::counter_key;
 use quorumlock::{LockConfig, LockError, RedisLock, Redlock};
 use quorumlock_testkit::{RedisCluster, ShardedCluster};
@@ -22,12 +22,12 @@ async fn sharded(masters: usize, replicas: usize) -> ShardedCluster {
         .expect("start a local Redis Cluster (redis-server 7)")
 }
 
-/// The test configuration, on cluster members: no retries, a 10 s TTL, 200 ms per node
-/// (a cluster request may follow a redirect).
+/// The test configuration, on cluster members: no retries, a 10 s TTL, 500 ms per node
+/// (a cluster request may follow a redirect, on a loaded machine).
 fn cluster_config() -> LockConfig {
     LockConfig::builder()
         .ttl(TTL)
-        .node_timeout(Duration::from_millis(200))
+        .node_timeout(Duration::from_millis(500))
         .retry_count(0)
         .build()
         .unwrap()
@@ -108,6 +108,45 @@ async fn one_cluster_as_a_redis_lock() {
     held.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
     next.release().await.unwrap();
+
+    // A racing (not fair) waiter wakes on the sharded announcement of the release, long
+    // before its retry delay: SPUBLISH on the key's shard, no cluster-wide PUBLISH.
+    let racing = RedisLock::connect(
+        &cluster.url(),
+        cluster_config()
+            .to_builder()
+            .fair(false)
+            .retry_count(3)
+            .retry_delay(Duration::from_secs(5))
+            .retry_jitter(Duration::ZERO)
+            .acquire_timeout(Duration::from_secs(8))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let held = racing.try_acquire("race:1").await.unwrap();
+    let waiter = {
+        let racing = racing.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let guard = racing.acquire("race:1").await;
+            (guard, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let (next, waited) = waiter.await.unwrap();
+    next.unwrap().release().await.unwrap();
+    assert!(
+        waited < Duration::from_secs(4),
+        "woke by its retry delay: {waited:?}"
+    );
+    let owner = cluster.owner_of("{race:1}").await.unwrap();
+    assert!(command_calls(cluster.node(owner), "spublish").await > 0);
+    for node in cluster.nodes() {
+        assert_eq!(command_calls(node, "publish").await, 0);
+    }
 
     // Fencing: tokens grow across holders, the counter lives in the lock's slot.
     let fenced = RedisLock::connect(

@@ -15,8 +15,8 @@ use crate::error::LockError;
 pub(crate) enum Target {
     /// A standalone master.
     Server(redis::Client),
-    /// A Redis Cluster, which votes once.
-    Cluster(redis::cluster::ClusterClient),
+    /// A Redis Cluster, which votes once: the seed URLs its clients start from.
+    Cluster(Vec<String>),
 }
 
 /// The URL schemes of a Redis Cluster member.
@@ -70,9 +70,10 @@ pub(crate) fn clients_for_urls<S: AsRef<str>>(
                             .to_owned(),
                     ));
                 }
-                return cluster_client(seeds?)
-                    .map(|client| (redact_url(url), Target::Cluster(client)))
-                    .map_err(invalid);
+                let seeds = seeds?;
+                // Checked here, so that a malformed seed is an error of `connect`.
+                cluster_client(seeds.clone()).map_err(invalid)?;
+                return Ok((redact_url(url), Target::Cluster(seeds)));
             }
             #[cfg(feature = "tls")]
             if let Some(tls) = tls {

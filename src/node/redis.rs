@@ -15,11 +15,12 @@ use tokio::time::Instant;
 use super::cluster::ClusterLink;
 use super::identity::{Admission, Rejection};
 use super::link::{is_unreachable, Link, LinkSettings};
-use super::releases::ReleaseListener;
+use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX, SHARDED_RELEASE_CHANNEL_PREFIX};
 use super::scripts::{CachedScript, NodeScripts, Resend};
+use super::sharded::ShardedListener;
 use super::transport::Transport;
 use super::unawaited::{Awaited, Bounds, Keep, Request, Unawaited};
-use super::{client_name, redact_url, Target};
+use super::{client_name, redact_url, NodeReply, Target};
 use crate::config::LockConfig;
 use crate::error::{LockError, NodeError};
 use crate::metrics::Counters;
@@ -58,8 +59,10 @@ pub struct RedisNode {
     answering: Arc<AtomicBool>,
     /// Takes requests sent and no longer awaited, so that they still go out.
     unawaited: Unawaited,
-    /// The pub/sub side; `None` where releases are not announced (a cluster member).
+    /// The pub/sub side of a standalone master.
     releases: Option<Arc<ReleaseListener>>,
+    /// The sharded pub/sub side of a Redis Cluster member.
+    sharded: Option<Arc<ShardedListener>>,
     announce_releases: bool,
     /// What a request that timed out on the link reports.
     request_timeout: Duration,
@@ -173,25 +176,37 @@ impl RedisNode {
         )
     }
 
-    /// A node on the Redis Cluster `client` reaches, one member of the lock, called `name`,
-    /// among the nodes sharing `admission`. Its releases are not announced: a waiter
-    /// retries after its jittered delay (docs/operations.md, "Redis Cluster members").
+    /// A node on the Redis Cluster of `seeds`, one member of the lock, called `name`,
+    /// among the nodes sharing `admission`. Releases are announced over sharded pub/sub
+    /// ([`ShardedListener`]).
     pub(crate) fn open_cluster(
-        client: redis::cluster::ClusterClient,
+        seeds: Vec<String>,
         name: String,
         timeouts: NodeTimeouts,
         admission: Arc<Admission>,
         counters: Arc<Counters>,
-    ) -> Self {
+    ) -> Result<Self, LockError> {
+        let client = redis::cluster::ClusterClient::builder(seeds.clone())
+            .connection_timeout(timeouts.connect)
+            .build()
+            .map_err(|err| LockError::InvalidNode {
+                node: name.clone(),
+                reason: err.to_string(),
+            })?;
         let link = ClusterLink::new(name.clone(), client, timeouts.connect, admission);
-        Self::on(
+        let mut node = Self::on(
             name,
             Transport::Cluster(Arc::new(link)),
             None,
             timeouts,
             counters,
-        )
-        .announce_releases(false)
+        );
+        node.sharded = Some(Arc::new(ShardedListener::new(
+            seeds,
+            timeouts.connect,
+            timeouts.request,
+        )));
+        Ok(node)
     }
 
     fn on(
@@ -212,6 +227,7 @@ impl RedisNode {
             answering: Arc::new(AtomicBool::new(false)),
             unawaited: Unawaited::start(timeouts.request, bounds, counters),
             releases,
+            sharded: None,
             announce_releases: true,
             request_timeout: timeouts.request,
         }
@@ -226,7 +242,7 @@ impl RedisNode {
     /// Whether releases are announced over pub/sub and waited for (on by default). Off,
     /// waiters retry after their jittered delay only, as with other Redlock clients.
     pub fn announce_releases(mut self, announce: bool) -> Self {
-        self.announce_releases = announce && self.releases.is_some();
+        self.announce_releases = announce;
         self
     }
 
@@ -299,9 +315,33 @@ impl RedisNode {
         self.await_request(request, made, Keep::Always).await
     }
 
-    /// The pub/sub side, when releases are announced.
-    fn listener(&self) -> Option<&ReleaseListener> {
-        self.releases.as_deref().filter(|_| self.announce_releases)
+    /// The channel prefix the scripts announce releases on: the classic one, a cluster
+    /// member's sharded one, or none (empty) when releases are not announced.
+    fn channel(&self) -> &'static str {
+        match (self.announce_releases, &self.sharded) {
+            (false, _) => "",
+            (true, Some(_)) => SHARDED_RELEASE_CHANNEL_PREFIX,
+            (true, None) => RELEASE_CHANNEL_PREFIX,
+        }
+    }
+
+    /// A watch of `key`'s releases, where they are announced.
+    async fn watch_releases(&self, key: &str) -> NodeReply {
+        let watch = match (&self.releases, &self.sharded) {
+            (Some(releases), _) => Some(releases.watch_key(key).await),
+            (None, Some(sharded)) => sharded.watch_key(key).await,
+            (None, None) => None,
+        };
+        watch.map_or(NodeReply::Unsupported, NodeReply::Watch)
+    }
+
+    /// A watch of the keys reserved for `client`'s waiters: on a standalone master only
+    /// (see [`ShardedListener`] for why a cluster member has none).
+    async fn watch_reservations(&self, client: &str) -> NodeReply {
+        match &self.releases {
+            Some(releases) => NodeReply::Watch(releases.watch_waiters(client).await),
+            None => NodeReply::Unsupported,
+        }
     }
 }
 
@@ -329,15 +369,16 @@ pub(crate) async fn connect_checked(
             let counters = Arc::clone(counters);
             match target {
                 Target::Server(client) => {
-                    RedisNode::open(client, name, timeouts, admission, counters)
-                        .announce_releases(config.notify_releases())
+                    Ok(RedisNode::open(client, name, timeouts, admission, counters)
+                        .announce_releases(config.notify_releases()))
                 }
-                Target::Cluster(client) => {
-                    RedisNode::open_cluster(client, name, timeouts, admission, counters)
+                Target::Cluster(seeds) => {
+                    RedisNode::open_cluster(seeds, name, timeouts, admission, counters)
+                        .map(|node| node.announce_releases(config.notify_releases()))
                 }
             }
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     let checks = futures::future::join_all(nodes.iter().map(RedisNode::check)).await;
     for (node, check) in nodes.iter().zip(checks) {
         match check {

@@ -23,6 +23,13 @@ use super::watch::{Announcement, ReleaseWatch};
 /// The channel on which releases of a key are announced is this prefix and the key.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorumlock:released:";
 
+/// On a Redis Cluster member, releases of a key are announced by `SPUBLISH` on this prefix
+/// and the key: a sharded channel, which hashes to the key's slot (the key's hash tag is
+/// the channel's), so the announcement stays on the shard that serves the key instead of
+/// being broadcast to every node of the cluster as `PUBLISH` is. The scripts recognise
+/// the prefix (see `pass_on` in [`scripts`](super::scripts)).
+pub(crate) const SHARDED_RELEASE_CHANNEL_PREFIX: &str = "quorumlock:shard-released:";
+
 /// The channel on which keys reserved for a client's waiters are announced is this prefix
 /// and the client's id.
 pub(crate) const WAITER_CHANNEL_PREFIX: &str = "quorumlock:waiter:";

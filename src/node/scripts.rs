@@ -363,6 +363,15 @@ local function pass_on(key, queue, deadlines, watched, channel)
     if channel == "" then
         return
     end
+    if channel == "quorumlock:shard-released:" then
+        -- A Redis Cluster member: sharded pub/sub, in the key's own slot. A client's
+        -- channel would hash to another slot, so a reservation is not announced there
+        -- (its waiter claims it on its retry delay).
+        if next_waiter == "" and redis.call("EXISTS", watched) == 1 then
+            redis.call("SPUBLISH", channel .. key, "")
+        end
+        return
+    end
     local client = string.match(next_waiter, "^(.+):[^:]*$")
     if client then
         redis.call("PUBLISH", "quorumlock:waiter:" .. client, next_waiter)

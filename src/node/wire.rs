@@ -78,12 +78,26 @@ pub(crate) enum Read {
 /// The command, or the script call, that carries out `request` on a node whose scripts
 /// are `scripts`, which announces releases when `announce` (see
 /// [`RedisNode::announce_releases`](super::RedisNode::announce_releases)).
+// The simulated nodes' entry; Redis nodes pick their channel ([`wire_announcing`]).
+#[cfg_attr(not(feature = "test-util"), allow(dead_code))]
 pub(crate) fn wire<'a>(
     request: NodeRequest<'a>,
     scripts: &'a NodeScripts,
     announce: bool,
 ) -> Result<Wire<'a>, NodeError> {
     let channel = if announce { RELEASE_CHANNEL_PREFIX } else { "" };
+    wire_announcing(request, scripts, channel)
+}
+
+/// [`wire`], announcing releases on `channel` and the key (none when empty): the classic
+/// [`RELEASE_CHANNEL_PREFIX`], or a Redis Cluster member's sharded one
+/// ([`SHARDED_RELEASE_CHANNEL_PREFIX`](super::releases::SHARDED_RELEASE_CHANNEL_PREFIX)).
+pub(crate) fn wire_announcing<'a>(
+    request: NodeRequest<'a>,
+    scripts: &'a NodeScripts,
+    channel: &'static str,
+) -> Result<Wire<'a>, NodeError> {
+    let announce = !channel.is_empty();
     let repeatable = |name, keys: &[Arc<str>], args: &[&str], read| {
         if keys.is_empty() {
             return Err(no_keys());

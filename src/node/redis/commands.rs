@@ -10,7 +10,7 @@ use redis::Value;
 use super::RedisNode;
 use crate::error::NodeError;
 use crate::node::scripts::Resend;
-use crate::node::wire::{wire, Wire};
+use crate::node::wire::{wire_announcing, Wire};
 use crate::node::{LockNode, NodeHints, NodeReply, NodeRequest};
 
 impl LockNode for RedisNode {
@@ -27,7 +27,7 @@ impl LockNode for RedisNode {
 
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
         async move {
-            match wire(request, &self.scripts, self.announce_releases)? {
+            match wire_announcing(request, &self.scripts, self.channel())? {
                 Wire::Command { command, read } => {
                     let reply: Value = self
                         .query(command)
@@ -49,14 +49,8 @@ impl LockNode for RedisNode {
                     };
                     read.reply(reply.map_err(|err| self.node_error(err))?)
                 }
-                Wire::WatchReleases(key) => Ok(match self.listener() {
-                    Some(releases) => NodeReply::Watch(releases.watch_key(key).await),
-                    None => NodeReply::Unsupported,
-                }),
-                Wire::WatchReservations(client) => Ok(match self.listener() {
-                    Some(releases) => NodeReply::Watch(releases.watch_waiters(client).await),
-                    None => NodeReply::Unsupported,
-                }),
+                Wire::WatchReleases(key) => Ok(self.watch_releases(key).await),
+                Wire::WatchReservations(client) => Ok(self.watch_reservations(client).await),
                 Wire::Unsupported => Ok(NodeReply::Unsupported),
             }
         }
