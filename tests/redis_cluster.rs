@@ -313,3 +313,55 @@ async fn a_slot_migrated_while_the_lock_is_held_and_extended_keeps_exclusion() {
 fn config_clone(lock: &RedisLock) -> LockConfig {
     quorumlock::DistributedLock::config(lock).clone()
 }
+
+#[tokio::test]
+async fn a_mix_of_a_cluster_and_standalone_masters() {
+    let cluster = sharded(3, 0).await;
+    let standalone = RedisCluster::start(2).await.unwrap();
+    let mut urls = standalone.urls();
+    urls.push(cluster.url());
+    let config = cluster_config()
+        .to_builder()
+        .fencing(true)
+        .fencing_on_volatile_nodes(true)
+        .build()
+        .unwrap();
+    let lock = Redlock::connect(&urls, config).await.unwrap();
+
+    // The whole lock uses the hash-tagged layout, standalone masters included.
+    let mut guard = lock.try_acquire("mix:1").await.unwrap();
+    let token = Some(guard.token().as_str().to_owned());
+    assert_eq!(cluster.get("{mix:1}").await.unwrap(), token);
+    eventually("both standalone masters hold the key", Duration::from_secs(2), || async {
+        standalone.node(0).get("{mix:1}").await.unwrap() == token
+            && standalone.node(1).get("{mix:1}").await.unwrap() == token
+    })
+    .await;
+    assert!(matches!(
+        lock.try_acquire("mix:1").await.unwrap_err(),
+        LockError::Held { .. }
+    ));
+    guard.refresh().await.unwrap();
+    let first_token = guard.fencing_token().unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(cluster.get("{mix:1}").await.unwrap(), None);
+    let again = lock.try_acquire("mix:1").await.unwrap();
+    assert!(again.fencing_token().unwrap() > first_token);
+    again.release().await.unwrap();
+
+    // Several resources in one slot, on every member.
+    let both = lock
+        .try_acquire_many(&["{batch}:a", "{batch}:b"])
+        .await
+        .unwrap();
+    assert!(cluster.get("{{batch}:b}").await.unwrap().is_some());
+    both.release().await.unwrap();
+
+    // The cluster member down entirely: the two standalone masters still make a quorum.
+    let mut cluster = cluster;
+    for i in 0..3 {
+        cluster.node_mut(i).kill().await.unwrap();
+    }
+    let guard = lock.try_acquire("mix:2").await.unwrap();
+    guard.release().await.unwrap();
+}
