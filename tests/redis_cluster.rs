@@ -332,10 +332,14 @@ async fn a_mix_of_a_cluster_and_standalone_masters() {
     let mut guard = lock.try_acquire("mix:1").await.unwrap();
     let token = Some(guard.token().as_str().to_owned());
     assert_eq!(cluster.get("{mix:1}").await.unwrap(), token);
-    eventually("both standalone masters hold the key", Duration::from_secs(2), || async {
-        standalone.node(0).get("{mix:1}").await.unwrap() == token
-            && standalone.node(1).get("{mix:1}").await.unwrap() == token
-    })
+    eventually(
+        "both standalone masters hold the key",
+        Duration::from_secs(2),
+        || async {
+            standalone.node(0).get("{mix:1}").await.unwrap() == token
+                && standalone.node(1).get("{mix:1}").await.unwrap() == token
+        },
+    )
     .await;
     assert!(matches!(
         lock.try_acquire("mix:1").await.unwrap_err(),
@@ -364,4 +368,71 @@ async fn a_mix_of_a_cluster_and_standalone_masters() {
     }
     let guard = lock.try_acquire("mix:2").await.unwrap();
     guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_replica_acks_a_grant_survives_the_failover_of_its_master() {
+    let mut cluster = sharded(3, 1).await;
+    let config = cluster_config()
+        .to_builder()
+        .replica_acks(quorumlock::ReplicaAcks::new(1, Duration::from_millis(200)))
+        .build()
+        .unwrap();
+    let lock = RedisLock::connect(&cluster.url(), config).await.unwrap();
+    let rival = RedisLock::connect(&cluster.url(), cluster_config())
+        .await
+        .unwrap();
+
+    let key = "{failover:1}";
+    let guard = lock.try_acquire("failover:1").await.unwrap();
+    let master = cluster.owner_of(key).await.unwrap();
+    // The replica of that master is 3 + master (one replica each, in master order).
+    let replica = 3 + master;
+    assert_eq!(
+        cluster.get_on(replica, key).await.unwrap().as_deref(),
+        Some(guard.token().as_str()),
+        "acknowledged by the replica before the grant counted"
+    );
+
+    // Kill the master: the replica takes over with the lock, and exclusion holds.
+    cluster.node_mut(master).kill().await.unwrap();
+    let promoted = cluster.wait_for_failover(key, master).await.unwrap();
+    assert_eq!(promoted, replica);
+    eventually(
+        "the rival reaches the promoted master and is refused",
+        Duration::from_secs(10),
+        || async {
+            matches!(
+                rival.try_acquire("failover:1").await,
+                Err(LockError::Held { .. })
+            )
+        },
+    )
+    .await;
+    eventually(
+        "the holder releases on the promoted master",
+        Duration::from_secs(10),
+        || async {
+            lock.try_acquire("failover:1").await.is_err()
+                && cluster.get_on(replica, key).await.ok().flatten().as_deref()
+                    == Some(guard.token().as_str())
+        },
+    )
+    .await;
+    guard.release().await.unwrap();
+    assert_eq!(cluster.get_on(replica, key).await.unwrap(), None);
+
+    // With the new master's replica gone (it has none now), a grant cannot be acknowledged:
+    // it does not count, and leaves nothing behind.
+    let err = lock.try_acquire("failover:1").await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::NoQuorum { tally, .. } if tally.failures.iter().any(|f| f.error.to_string().contains("WAIT"))),
+        "{err:?}"
+    );
+    eventually(
+        "the unacknowledged grant is rolled back",
+        Duration::from_secs(2),
+        || async { cluster.get_on(replica, key).await.unwrap().is_none() },
+    )
+    .await;
 }

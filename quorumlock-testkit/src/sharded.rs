@@ -243,6 +243,36 @@ impl ShardedCluster {
         self.nodes[owner].get(key).await
     }
 
+    /// `GET key` on node `i` itself, a replica too (`READONLY` first, so that a replica
+    /// answers from its copy instead of redirecting).
+    pub async fn get_on(&self, i: usize, key: &str) -> Result<Option<String>> {
+        let node = &self.nodes[i];
+        if node.state() != crate::NodeState::Running {
+            return Err(TestkitError::NotRunning {
+                node: node.address(),
+                state: node.state(),
+            });
+        }
+        let exchange = async {
+            let mut connection = node.client()?.get_multiplexed_async_connection().await?;
+            let (value,): (Option<String>,) = redis::pipe()
+                .cmd("READONLY")
+                .ignore()
+                .cmd("GET")
+                .arg(key)
+                .query_async(&mut connection)
+                .await?;
+            Ok::<_, TestkitError>(value)
+        };
+        tokio::time::timeout(HELPER_TIMEOUT, exchange)
+            .await
+            .map_err(|_| TestkitError::Timeout {
+                node: node.address(),
+                operation: "READONLY + GET",
+                timeout: HELPER_TIMEOUT,
+            })?
+    }
+
     /// `PTTL key` on the master that serves it.
     pub async fn pttl(&self, key: &str) -> Result<i64> {
         let owner = self.owner_of(key).await?;

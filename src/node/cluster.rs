@@ -15,7 +15,7 @@ use std::time::Duration;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
-    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo, SingleNodeRoutingInfo,
+    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
 use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::time::Instant;
@@ -80,6 +80,18 @@ impl ClusterLink {
         let mut connection = self.connection(false).await.map_err(|why| why.error())?;
         // The cluster client's own routing: by the first key, for a script too.
         let reply = redis::aio::ConnectionLike::req_packed_command(&mut connection, command).await;
+        self.note_ended(&reply);
+        reply
+    }
+
+    /// Sends `command` to the master that serves `key`'s slot now: for `WAIT`, which the
+    /// cluster client would otherwise send to every master.
+    pub(crate) async fn send_to_master_of(&self, key: &str, command: &Cmd) -> RedisResult<Value> {
+        let mut connection = self.connection(false).await.map_err(|why| why.error())?;
+        let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+        let reply = connection
+            .route_command(command.clone(), RoutingInfo::SingleNode(route))
+            .await;
         self.note_ended(&reply);
         reply
     }

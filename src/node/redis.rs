@@ -2,6 +2,7 @@
 //! multiplexed connection.
 
 mod commands;
+mod replicas;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,7 @@ use super::sharded::ShardedListener;
 use super::transport::Transport;
 use super::unawaited::{Awaited, Bounds, Keep, Request, Unawaited};
 use super::{client_name, redact_url, NodeReply, Target};
-use crate::config::LockConfig;
+use crate::config::{LockConfig, ReplicaAcks};
 use crate::error::{LockError, NodeError};
 use crate::metrics::Counters;
 
@@ -64,6 +65,8 @@ pub struct RedisNode {
     /// The sharded pub/sub side of a Redis Cluster member.
     sharded: Option<Arc<ShardedListener>>,
     announce_releases: bool,
+    /// The replica acknowledgements a grant waits for (`WAIT`), if any.
+    replica_acks: Option<ReplicaAcks>,
     /// What a request that timed out on the link reports.
     request_timeout: Duration,
 }
@@ -228,6 +231,7 @@ impl RedisNode {
             unawaited: Unawaited::start(timeouts.request, bounds, counters),
             releases,
             sharded: None,
+            replica_acks: None,
             announce_releases: true,
             request_timeout: timeouts.request,
         }
@@ -377,6 +381,12 @@ pub(crate) async fn connect_checked(
                         .map(|node| node.announce_releases(config.notify_releases()))
                 }
             }
+        })
+        .map(|node: Result<RedisNode, LockError>| {
+            node.map(|mut node| {
+                node.replica_acks = config.replica_acks();
+                node
+            })
         })
         .collect::<Result<_, _>>()?;
     let checks = futures::future::join_all(nodes.iter().map(RedisNode::check)).await;

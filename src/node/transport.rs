@@ -30,6 +30,20 @@ impl Transport {
         }
     }
 
+    /// Sends `command` where the write to `key` just went: on the same connection to a
+    /// standalone master, to the master of `key`'s slot on a cluster.
+    pub(crate) async fn send_after_write(
+        self,
+        key: &str,
+        command: &Cmd,
+        now: Instant,
+    ) -> RedisResult<Value> {
+        match self {
+            Transport::Server(link) => link.send(command, now).await,
+            Transport::Cluster(link) => link.send_to_master_of(key, command).await,
+        }
+    }
+
     /// Whether a request goes out when first polled (see
     /// [`NodeHints::sends_when_polled`](super::NodeHints::sends_when_polled)): on an open
     /// connection to one server. A cluster request first passes the cluster client's

@@ -27,7 +27,7 @@ impl LockNode for RedisNode {
 
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
         async move {
-            match wire_announcing(request, &self.scripts, self.channel())? {
+            let reply = match wire_announcing(request, &self.scripts, self.channel())? {
                 Wire::Command { command, read } => {
                     let reply: Value = self
                         .query(command)
@@ -52,7 +52,8 @@ impl LockNode for RedisNode {
                 Wire::WatchReleases(key) => Ok(self.watch_releases(key).await),
                 Wire::WatchReservations(client) => Ok(self.watch_reservations(client).await),
                 Wire::Unsupported => Ok(NodeReply::Unsupported),
-            }
+            }?;
+            self.acknowledged(&request, reply).await
         }
         .boxed()
     }
