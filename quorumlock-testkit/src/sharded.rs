@@ -139,13 +139,7 @@ impl ShardedCluster {
             .await?;
         // Replicas must have synced before a failover test may rely on them.
         for replica in &self.nodes[self.masters..] {
-            wait_for(SETTLE_TIMEOUT, "replica sync", || async {
-                let mut info = redis::cmd("INFO");
-                info.arg("replication");
-                let text: String = query(replica, "INFO", &info).await?;
-                Ok(field(&text, "master_link_status").as_deref() == Some("up"))
-            })
-            .await?;
+            wait_for_sync(replica).await?;
         }
         Ok(())
     }
@@ -376,6 +370,17 @@ async fn query<T: redis::FromRedisValue>(
         command,
         HELPER_TIMEOUT,
     )
+    .await
+}
+
+/// Waits until `replica` reports its link to its master up (`master_link_status:up`).
+pub(crate) async fn wait_for_sync(replica: &RedisProcess) -> Result<()> {
+    wait_for(SETTLE_TIMEOUT, "replica sync", || async {
+        let mut info = redis::cmd("INFO");
+        info.arg("replication");
+        let text: String = query(replica, "INFO", &info).await?;
+        Ok(field(&text, "master_link_status").as_deref() == Some("up"))
+    })
     .await
 }
 

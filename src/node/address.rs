@@ -11,12 +11,13 @@ use crate::error::LockError;
 /// What one member of a lock is, and the client that reaches it.
 // Made once per member when a lock connects: the size of a client is of no concern.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone)]
 pub(crate) enum Target {
     /// A standalone master.
     Server(redis::Client),
     /// A Redis Cluster, which votes once: the seed URLs its clients start from.
     Cluster(Vec<String>),
+    /// The master that Redis Sentinel names, whichever server that is now.
+    Sentinel(redis::sentinel::SentinelClient),
 }
 
 /// The URL schemes of a Redis Cluster member.
@@ -74,6 +75,9 @@ pub(crate) fn clients_for_urls<S: AsRef<str>>(
                 // Checked here, so that a malformed seed is an error of `connect`.
                 cluster_client(seeds.clone()).map_err(invalid)?;
                 return Ok((redact_url(url), Target::Cluster(seeds)));
+            }
+            if let Some(sentinel) = super::sentinel::sentinel_client(url) {
+                return sentinel.map(|client| (redact_url(url), Target::Sentinel(client)));
             }
             #[cfg(feature = "tls")]
             if let Some(tls) = tls {

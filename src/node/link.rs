@@ -29,6 +29,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::identity::{self, Admission, Once, Refusal, Rejection};
+use super::sentinel::Connector;
 use super::silence::Silence;
 use crate::metrics::Counters;
 
@@ -78,7 +79,7 @@ enum State {
 /// The connection to one node's server.
 pub(crate) struct Link {
     name: String,
-    client: redis::Client,
+    client: Connector,
     config: AsyncConnectionConfig,
     settings: LinkSettings,
     admission: Arc<Admission>,
@@ -102,7 +103,7 @@ impl Link {
     /// A link to `client`'s server, not connected yet.
     pub(crate) fn new(
         name: String,
-        client: redis::Client,
+        client: Connector,
         config: AsyncConnectionConfig,
         settings: LinkSettings,
         admission: Arc<Admission>,
@@ -355,7 +356,7 @@ impl Link {
         let attempt = async {
             let mut connection = self
                 .client
-                .get_multiplexed_async_connection_with_config(&self.config)
+                .connect(&self.config)
                 .await
                 .map_err(identity::rejection)?;
             let facts = identity::inspect(&mut connection).await?;

@@ -24,6 +24,7 @@ mod redis;
 mod releases;
 mod request;
 pub(crate) mod scripts;
+mod sentinel;
 mod sharded;
 mod silence;
 mod transport;

@@ -18,6 +18,7 @@ use super::identity::{Admission, Rejection};
 use super::link::{is_unreachable, Link, LinkSettings};
 use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX, SHARDED_RELEASE_CHANNEL_PREFIX};
 use super::scripts::{CachedScript, NodeScripts, Resend};
+use super::sentinel::Connector;
 use super::sharded::ShardedListener;
 use super::transport::Transport;
 use super::unawaited::{Awaited, Bounds, Keep, Request, Unawaited};
@@ -148,6 +149,40 @@ impl RedisNode {
             timeouts.connect,
             timeouts.request,
         ));
+        let connector = Connector::Client(client);
+        Self::over(
+            connector,
+            Some(releases),
+            name,
+            timeouts,
+            admission,
+            counters,
+        )
+    }
+
+    /// A node on the master the sentinels of `sentinel` name, followed through failovers
+    /// (see [`sentinel`](super::sentinel)). Its releases are not announced: the master's
+    /// address changes, and waiters retry after their jittered delay.
+    pub(crate) fn open_sentinel(
+        sentinel: redis::sentinel::SentinelClient,
+        name: String,
+        timeouts: NodeTimeouts,
+        admission: Arc<Admission>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        let connector = Connector::Sentinel(Box::new(tokio::sync::Mutex::new(sentinel)));
+        Self::over(connector, None, name, timeouts, admission, counters)
+    }
+
+    /// A node over one link, made by `connector`.
+    fn over(
+        connector: Connector,
+        releases: Option<Arc<ReleaseListener>>,
+        name: String,
+        timeouts: NodeTimeouts,
+        admission: Arc<Admission>,
+        counters: Arc<Counters>,
+    ) -> Self {
         let config = AsyncConnectionConfig::new()
             // The link bounds the connection and the server check together.
             .set_connection_timeout(None)
@@ -164,7 +199,7 @@ impl RedisNode {
         };
         let link = Link::new(
             name.clone(),
-            client,
+            connector,
             config,
             settings,
             admission,
@@ -173,7 +208,7 @@ impl RedisNode {
         Self::on(
             name,
             Transport::Server(Arc::new(link)),
-            Some(releases),
+            releases,
             timeouts,
             counters,
         )
@@ -376,6 +411,9 @@ pub(crate) async fn connect_checked(
                     Ok(RedisNode::open(client, name, timeouts, admission, counters)
                         .announce_releases(config.notify_releases()))
                 }
+                Target::Sentinel(sentinel) => Ok(RedisNode::open_sentinel(
+                    sentinel, name, timeouts, admission, counters,
+                )),
                 Target::Cluster(seeds) => {
                     RedisNode::open_cluster(seeds, name, timeouts, admission, counters)
                         .map(|node| node.announce_releases(config.notify_releases()))

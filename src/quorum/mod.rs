@@ -102,6 +102,22 @@ impl Coordinator {
     ) -> Result<Self, LockError> {
         // A cluster member routes each script by its first key: every key of a lock must
         // share that key's slot, on every member alike.
+        if clients.len() > 1 && !config.sentinel_members() {
+            if let Some((name, _)) = clients
+                .iter()
+                .find(|(_, target)| matches!(target, crate::node::Target::Sentinel(_)))
+            {
+                return Err(LockError::InvalidNode {
+                    node: name.clone(),
+                    reason: "a Sentinel-managed master as a Redlock member: its failover \
+                             promotes a replica that may not have the member's locks yet, \
+                             so one member could vote twice for one resource; list \
+                             independent masters, or opt in with \
+                             LockConfig::sentinel_members (docs/safety.md)"
+                        .to_owned(),
+                });
+            }
+        }
         let config = if clients
             .iter()
             .any(|(_, target)| matches!(target, crate::node::Target::Cluster(_)))
