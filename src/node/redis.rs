@@ -170,7 +170,7 @@ impl RedisNode {
         admission: Arc<Admission>,
         counters: Arc<Counters>,
     ) -> Self {
-        let connector = Connector::Sentinel(Box::new(tokio::sync::Mutex::new(sentinel)));
+        let connector = Connector::Sentinel(tokio::sync::Mutex::new(sentinel));
         Self::over(connector, None, name, timeouts, admission, counters)
     }
 

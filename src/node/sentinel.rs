@@ -17,11 +17,13 @@ use crate::error::LockError;
 use super::redact_url;
 
 /// How a link reaches its server.
+// One per node, made when the lock connects: its size is of no concern.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Connector {
     /// At a fixed address.
     Client(redis::Client),
     /// At whichever address the sentinels give for the master now.
-    Sentinel(Box<tokio::sync::Mutex<SentinelClient>>),
+    Sentinel(tokio::sync::Mutex<SentinelClient>),
 }
 
 impl Connector {
@@ -98,14 +100,11 @@ pub(crate) fn sentinel_client(url: &str) -> Option<Result<SentinelClient, LockEr
         Err(err) => return Some(Err(invalid(err.to_string()))),
     };
     let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(master);
+    // Owned: without TLS support `build` takes a `String`.
+    let service: String = service.to_owned();
     Some(
-        SentinelClient::build(
-            sentinels,
-            service.to_owned(),
-            Some(node),
-            SentinelServerType::Master,
-        )
-        .map_err(|err| invalid(err.to_string())),
+        SentinelClient::build(sentinels, service, Some(node), SentinelServerType::Master)
+            .map_err(|err| invalid(err.to_string())),
     )
 }
 
