@@ -44,10 +44,28 @@ pub fn parse_node(text: &str) -> Result<String, String> {
         return Ok(String::new());
     }
     let shown = mask_password(entry);
+    // A cluster or Sentinel URL lists several hosts, which no URL parser takes: the
+    // library reads it.
+    let member = quorumlock::node::cluster_seeds(entry)
+        .map(|seeds| seeds.map(drop))
+        .or_else(|| quorumlock::node::sentinel_client(entry).map(|client| client.map(drop)));
+    if let Some(member) = member {
+        return member.map(|()| entry.to_owned()).map_err(|error| {
+            let reason = match error {
+                quorumlock::LockError::InvalidNode { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            format!(
+                "`{}` is not a valid node URL: {reason}",
+                mask_unparsed(entry)
+            )
+        });
+    }
     if !entry.contains("://") {
         return Err(format!(
             "`{shown}` is not a node URL: missing `redis://` (write redis://{shown}, \
-             rediss:// for TLS, or redis+unix:///path/to/socket)"
+             rediss:// for TLS, redis+unix:///path/to/socket, redis+cluster://host:port;... \
+             for a Redis Cluster, or redis+sentinel://host:port;.../<master name>)"
         ));
     }
     // The url crate says what is wrong (`invalid port number`); the Redis client only that
@@ -115,6 +133,19 @@ fn mask_unparsed(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_and_sentinel_urls_are_members() {
+        let cluster = "redis+cluster://:pw@10.0.0.1:7001;10.0.0.2:7001";
+        assert_eq!(parse_node(cluster).unwrap(), cluster);
+        let sentinel = "redis+sentinel://10.0.0.1:26379;10.0.0.2:26379/orders";
+        assert_eq!(parse_node(sentinel).unwrap(), sentinel);
+        let err = parse_node("redis+sentinel://:secret@10.0.0.1:26379").unwrap_err();
+        assert!(err.contains("service") && !err.contains("secret"), "{err}");
+        assert!(parse_node("redis+cluster://:secret@h:1/2")
+            .unwrap_err()
+            .contains("***"));
+    }
 
     #[test]
     fn bad_nodes_are_echoed_with_only_the_password_masked() {

@@ -24,6 +24,16 @@ pub fn node_urls(global: &GlobalArgs) -> Result<Vec<String>, CliError> {
     Ok(urls)
 }
 
+/// Whether `url` names a Redis Cluster member (`redis+cluster://`, `rediss+cluster://`).
+pub fn is_cluster(url: &str) -> bool {
+    quorumlock::node::cluster_seeds(url).is_some()
+}
+
+/// Whether `url` names a Sentinel-managed master (`redis+sentinel://`).
+pub fn is_sentinel(url: &str) -> bool {
+    quorumlock::node::sentinel_client(url).is_some()
+}
+
 /// The quorum of `nodes` nodes: `nodes / 2 + 1`.
 pub fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
@@ -36,6 +46,10 @@ pub fn lock_key(global: &GlobalArgs, resource: &str) -> Result<String, CliError>
     let mut config = LockConfig::builder();
     if let Some(prefix) = &global.key_prefix {
         config = config.key_prefix(prefix.clone());
+    }
+    // A lock with a Redis Cluster member uses the hash-tagged layout on every node.
+    if global.nodes.iter().any(|url| is_cluster(url)) {
+        config = config.hash_tags(true);
     }
     let config = config
         .build()
@@ -98,6 +112,19 @@ impl AnyLock {
         urls: &[String],
         config: LockConfig,
     ) -> Result<Self, CliError> {
+        if urls.iter().any(|url| is_cluster(url) || is_sentinel(url)) {
+            // The library makes the clients of cluster and Sentinel members itself.
+            let tls = tls_options(global)?;
+            let lock = match urls {
+                [url] => RedisLock::connect_tls(url, &tls, config)
+                    .await
+                    .map(AnyLock::Single),
+                _ => Redlock::connect_tls(urls, &tls, config)
+                    .await
+                    .map(AnyLock::Quorum),
+            };
+            return lock.map_err(|error| CliError::from_lock(&error));
+        }
         let mut clients = check_urls(global, urls)?;
         let lock = match clients.len() {
             1 => RedisLock::from_client(clients.remove(0), config)

@@ -65,20 +65,45 @@ impl Verdict {
 pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Result<u8, CliError> {
     let key = lock_key(global, &args.resource)?;
     let urls = node_urls(global)?;
-    let clients = check_urls(global, &urls)?;
+    let members = members(global, &urls)?;
     let budget = operator_timeout(global);
-    let views = join_all(
-        clients
+    let (views, placements): (Vec<NodeView>, Vec<Option<String>>) = join_all(
+        members
             .into_iter()
-            .map(|client| read_node(client, &key, budget)),
+            .map(|member| read_member(member, &key, budget)),
     )
-    .await;
-    let names: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
+    .await
+    .into_iter()
+    .unzip();
+    let plain: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
+    // Where the key lives, for cluster and Sentinel members: named after the member.
+    let names: Vec<String> = plain
+        .iter()
+        .zip(&placements)
+        .map(|(name, placement)| match placement {
+            Some(placement) => format!("{name} ({placement})"),
+            None => name.clone(),
+        })
+        .collect();
     let quorum = quorum(names.len());
     let verdict = verdict(&views, quorum);
     let agree = agree(&views);
-    out.result(
-        &report_json(
+    let mut json = report_json(
+        &args.resource,
+        &key,
+        &plain,
+        &views,
+        quorum,
+        &verdict,
+        agree,
+    );
+    if let Some(nodes) = json["nodes"].as_array_mut() {
+        for (node, placement) in nodes.iter_mut().zip(&placements) {
+            node["placement"] = json!(placement);
+        }
+    }
+    out.result(&json, || {
+        report_text(
             &args.resource,
             &key,
             &names,
@@ -86,19 +111,8 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
             quorum,
             &verdict,
             agree,
-        ),
-        || {
-            report_text(
-                &args.resource,
-                &key,
-                &names,
-                &views,
-                quorum,
-                &verdict,
-                agree,
-            )
-        },
-    );
+        )
+    });
     if verdict == Verdict::Unknown {
         let failed = views
             .iter()
@@ -123,6 +137,131 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
     Ok(0)
 }
 
+/// How `status` reaches one member.
+enum Member {
+    /// A standalone server.
+    Server(redis::Client),
+    /// A Redis Cluster, through its seeds.
+    Cluster(Vec<String>),
+    /// The master a Sentinel names.
+    Sentinel(redis::sentinel::SentinelClient),
+}
+
+/// The member behind each URL; a malformed URL is a configuration error (exit 78).
+fn members(global: &GlobalArgs, urls: &[String]) -> Result<Vec<Member>, CliError> {
+    urls.iter()
+        .map(|url| {
+            let invalid = |error: quorumlock::LockError| CliError::from_lock(&error);
+            if let Some(seeds) = quorumlock::node::cluster_seeds(url) {
+                return seeds.map(Member::Cluster).map_err(invalid);
+            }
+            if let Some(sentinel) = quorumlock::node::sentinel_client(url) {
+                return sentinel.map(Member::Sentinel).map_err(invalid);
+            }
+            let mut client = check_urls(global, std::slice::from_ref(url))?;
+            Ok(Member::Server(client.remove(0)))
+        })
+        .collect()
+}
+
+/// What `member` says of `key`, and where the key lives when that is not the URL's one
+/// server: `slot S on HOST:PORT` on a cluster, `master HOST:PORT` behind a Sentinel.
+async fn read_member(member: Member, key: &str, budget: Duration) -> (NodeView, Option<String>) {
+    match member {
+        Member::Server(client) => (read_node(client, key, budget).await, None),
+        Member::Sentinel(mut sentinel) => {
+            let master = tokio::time::timeout(budget, sentinel.async_get_client()).await;
+            match master {
+                Err(_) => (
+                    NodeView::Failed(format!("timed out after {}", format_duration(budget))),
+                    None,
+                ),
+                Ok(Err(error)) => (NodeView::Failed(error.to_string()), None),
+                Ok(Ok(client)) => {
+                    let placement = format!("master {}", client.get_connection_info().addr());
+                    (read_node(client, key, budget).await, Some(placement))
+                }
+            }
+        }
+        Member::Cluster(seeds) => {
+            match tokio::time::timeout(budget, read_cluster(seeds, key)).await {
+                Err(_) => (
+                    NodeView::Failed(format!("timed out after {}", format_duration(budget))),
+                    None,
+                ),
+                Ok(Err(error)) => (NodeView::Failed(error.to_string()), None),
+                Ok(Ok((view, placement))) => (view, Some(placement)),
+            }
+        }
+    }
+}
+
+/// `GET`, `PTTL` and the master of `key`'s slot (`CLUSTER KEYSLOT`, `CLUSTER SLOTS`) on the
+/// cluster of `seeds`.
+async fn read_cluster(seeds: Vec<String>, key: &str) -> redis::RedisResult<(NodeView, String)> {
+    let client = redis::cluster::ClusterClient::new(seeds)?;
+    let mut connection = client.get_async_connection().await?;
+    let (value, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
+        .cmd("GET")
+        .arg(key)
+        .cmd("PTTL")
+        .arg(key)
+        .query_async(&mut connection)
+        .await?;
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(&mut connection)
+        .await?;
+    let slots: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut connection)
+        .await?;
+    let master = slot_master(&slots, slot).unwrap_or_else(|| "no master".to_owned());
+    Ok((view_of(value, pttl), format!("slot {slot} on {master}")))
+}
+
+/// `host:port` of the master serving `slot` in a `CLUSTER SLOTS` reply.
+fn slot_master(slots: &redis::Value, slot: u16) -> Option<String> {
+    use redis::Value as V;
+    let V::Array(ranges) = slots else {
+        return None;
+    };
+    ranges.iter().find_map(|range| {
+        let V::Array(fields) = range else {
+            return None;
+        };
+        let int = |value: Option<&V>| match value {
+            Some(V::Int(n)) => Some(*n),
+            _ => None,
+        };
+        let (first, last) = (int(fields.first())?, int(fields.get(1))?);
+        if !(first..=last).contains(&i64::from(slot)) {
+            return None;
+        }
+        let Some(V::Array(master)) = fields.get(2) else {
+            return None;
+        };
+        let host = match master.first()? {
+            V::BulkString(host) => String::from_utf8_lossy(host).into_owned(),
+            V::SimpleString(host) => host.clone(),
+            _ => return None,
+        };
+        Some(format!("{host}:{}", int(master.get(1))?))
+    })
+}
+
+/// A node's view from the replies to `GET` and `PTTL`.
+fn view_of(value: Option<Vec<u8>>, pttl: i64) -> NodeView {
+    match (value, pttl) {
+        (None, _) | (Some(_), -2) => NodeView::Free,
+        (Some(value), pttl) => NodeView::Held {
+            token: String::from_utf8_lossy(&value).into_owned(),
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        },
+    }
+}
+
 /// `GET` and `PTTL` of `key` on one node, within `budget` (connection included).
 ///
 /// Two plain commands in one pipeline, no `MULTI`/`EXEC`: a lock's user needs no
@@ -143,11 +282,7 @@ async fn read_node(client: redis::Client, key: &str, budget: Duration) -> NodeVi
     match tokio::time::timeout(budget, query).await {
         Err(_) => NodeView::Failed(format!("timed out after {}", format_duration(budget))),
         Ok(Err(error)) => NodeView::Failed(error.to_string()),
-        Ok(Ok((None, _) | (Some(_), -2))) => NodeView::Free,
-        Ok(Ok((Some(value), pttl))) => NodeView::Held {
-            token: String::from_utf8_lossy(&value).into_owned(),
-            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-        },
+        Ok(Ok((value, pttl))) => view_of(value, pttl),
     }
 }
 

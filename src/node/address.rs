@@ -3,8 +3,8 @@
 //!
 //! A URL names one member of a lock: a standalone master (`redis://`, `rediss://`,
 //! `redis+unix://`), or a Redis Cluster (`redis+cluster://host:port[,host:port...]`,
-//! `rediss+cluster://` with TLS), given by one or more seed nodes from which the cluster
-//! client discovers the rest.
+//! `rediss+cluster://` with TLS), given by one or more seed nodes (separated by commas or
+//! semicolons) from which the cluster client discovers the rest.
 
 use crate::error::LockError;
 
@@ -92,9 +92,19 @@ pub(crate) fn clients_for_urls<S: AsRef<str>>(
         .collect()
 }
 
-/// The seed URLs of a cluster URL (`redis+cluster://[user:pw@]h1:p1,h2:p2[/][?...]`), each
-/// a plain URL with the credentials and query of the whole; `None` for another scheme.
-fn cluster_seeds(url: &str) -> Option<Result<Vec<String>, LockError>> {
+/// The seed URLs of a Redis Cluster member's URL
+/// (`redis+cluster://[user:pw@]h1:p1,h2:p2[/][?...]`, or `rediss+cluster://`), each a
+/// plain URL with the credentials and query of the whole; `None` for another scheme, and
+/// an [`InvalidNode`](LockError::InvalidNode) error for a malformed cluster URL.
+///
+/// ```
+/// # use quorumlock::node::cluster_seeds;
+/// let seeds = cluster_seeds("redis+cluster://:pw@10.0.0.1:7001,10.0.0.2:7001").unwrap()?;
+/// assert_eq!(seeds, ["redis://:pw@10.0.0.1:7001", "redis://:pw@10.0.0.2:7001"]);
+/// assert!(cluster_seeds("redis://10.0.0.1:7001").is_none());
+/// # Ok::<(), quorumlock::LockError>(())
+/// ```
+pub fn cluster_seeds(url: &str) -> Option<Result<Vec<String>, LockError>> {
     let (scheme, rest) = url.split_once("://")?;
     let (_, plain) = CLUSTER_SCHEMES
         .iter()
@@ -118,8 +128,9 @@ fn cluster_seeds(url: &str) -> Option<Result<Vec<String>, LockError>> {
         Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
         None => (String::new(), authority),
     };
+    // Commas, or semicolons where commas separate members (the CLI's `--nodes`).
     let seeds: Vec<String> = hosts
-        .split(',')
+        .split([',', ';'])
         .filter(|host| !host.is_empty())
         .map(|host| format!("{plain}://{credentials}{host}{query}"))
         .collect();
@@ -200,6 +211,8 @@ mod tests {
                 "redis://:pw@10.0.0.2:7002?protocol=3"
             ]
         );
+        let semicolons = cluster_seeds("redis+cluster://a:1;b:2").unwrap().unwrap();
+        assert_eq!(semicolons, ["redis://a:1", "redis://b:2"]);
         let tls = cluster_seeds("rediss+cluster://h:1").unwrap().unwrap();
         assert_eq!(tls, ["rediss://h:1"]);
         assert!(cluster_seeds("redis://h:1").is_none());

@@ -43,11 +43,12 @@ use futures::FutureExt;
 use crate::error::NodeError;
 use crate::token::LockToken;
 
-pub use self::address::{client_name, redact_url};
+pub use self::address::{client_name, cluster_seeds, redact_url};
 pub(crate) use self::address::{clients_for_urls, named_clients, Target};
 pub(crate) use self::redis::connect_checked;
 pub use self::redis::RedisNode;
 pub use self::request::{NodeReply, NodeRequest, QueuePlace};
+pub use self::sentinel::sentinel_client;
 pub use self::watch::{Announcement, ReleaseWatch};
 
 /// One independent lock node, as the lock algorithms see it: a name, hints, and one call

@@ -49,8 +49,19 @@ impl Connector {
     }
 }
 
-/// The sentinel client for a `redis+sentinel://` URL; `None` for another scheme.
-pub(crate) fn sentinel_client(url: &str) -> Option<Result<SentinelClient, LockError>> {
+/// The sentinel client for a URL
+/// `redis+sentinel://[[user]:password@]host:port[,host:port...]/<service>[/db]` (the
+/// sentinels, the monitored master's name, and the master's credentials and database);
+/// `None` for another scheme, and an [`InvalidNode`](LockError::InvalidNode)
+/// error for a malformed Sentinel URL.
+///
+/// ```
+/// # use quorumlock::node::sentinel_client;
+/// assert!(sentinel_client("redis+sentinel://10.0.0.1:26379/mymaster").unwrap().is_ok());
+/// assert!(sentinel_client("redis+sentinel://10.0.0.1:26379").unwrap().is_err());
+/// assert!(sentinel_client("redis://10.0.0.1:6379").is_none());
+/// ```
+pub fn sentinel_client(url: &str) -> Option<Result<SentinelClient, LockError>> {
     let (scheme, rest) = url.split_once("://")?;
     if !scheme.eq_ignore_ascii_case("redis+sentinel") {
         return None;
@@ -79,8 +90,9 @@ pub(crate) fn sentinel_client(url: &str) -> Option<Result<SentinelClient, LockEr
         Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
         None => (String::new(), authority),
     };
+    // Commas, or semicolons where commas separate members (the CLI's `--nodes`).
     let sentinels: Vec<String> = hosts
-        .split(',')
+        .split([',', ';'])
         .filter(|host| !host.is_empty())
         .map(|host| format!("redis://{host}"))
         .collect();
