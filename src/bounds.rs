@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::{
     AutoExtend, LockConfig, LockError, LockFactory, LockGuard, LockToken, LostSignal, NamedLock,
-    RedisLock, Redlock,
+    RedisLock, Redlock, ReplicaAcks,
 };
 
 fn send<T: Send>(_: &T) {}
@@ -27,6 +27,7 @@ const _: fn() = || {
     send_sync::<LockToken>();
     send_sync::<LockError>();
     send_sync::<AutoExtend>();
+    send_sync::<ReplicaAcks>();
 };
 
 /// The futures of the operations, made (never awaited) from borrowed locks and guards.

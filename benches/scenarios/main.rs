@@ -21,6 +21,7 @@ mod plot;
 mod report;
 mod results_doc;
 mod scenarios;
+mod sharding;
 mod stats;
 
 use std::collections::BTreeMap;
@@ -197,6 +198,12 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         None
     };
     drop(cluster);
+    if options.wants("sharding") {
+        sharding::run(&options, &mut failures).await;
+    }
+    if options.wants("acks") {
+        sharding::replica_acks(&options, &mut failures).await;
+    }
 
     let report = Report {
         options: &options,

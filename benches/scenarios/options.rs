@@ -86,7 +86,7 @@ impl Options {
                     println!(
                         "options: --smoke | --reps N | --scale X (run windows) | --plots DIR | \
                          --docs FILE (rewrite its results section) | --criterion DIR (add micro results) | \
-                         --only s1,s3,mem | --contenders quorumlock,quorumlock-unfair,rslock,floor,no-lock | --locks N | \
+                         --only s1,s3,mem,sharding,acks | --contenders quorumlock,quorumlock-unfair,rslock,floor,no-lock | --locks N | \
                          --self-test (check the results writer and docs/benchmarks.md, then exit)"
                     );
                     std::process::exit(0);

@@ -122,3 +122,52 @@ impl LockConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::ReplicaAcks;
+    use crate::{ConfigError, LockConfig};
+
+    #[test]
+    fn replica_acks_need_a_replica_and_a_timeout_below_the_node_timeout() {
+        let with = |replicas, timeout_ms| {
+            LockConfig::builder()
+                .node_timeout(Duration::from_millis(100))
+                .replica_acks(ReplicaAcks::new(
+                    replicas,
+                    Duration::from_millis(timeout_ms),
+                ))
+                .build()
+        };
+        assert!(with(1, 50).is_ok());
+        for (replicas, timeout) in [(0, 50), (1, 0), (1, 100), (1, 500)] {
+            assert!(
+                matches!(
+                    with(replicas, timeout),
+                    Err(ConfigError::InvalidReplicaAcks { .. })
+                ),
+                "{replicas} within {timeout} ms"
+            );
+        }
+        let sub_millisecond = LockConfig::builder()
+            .replica_acks(ReplicaAcks::new(1, Duration::from_micros(1500)))
+            .build();
+        assert!(sub_millisecond.is_err());
+        // Off by default, and cleared again with `None`.
+        assert_eq!(LockConfig::default().replica_acks(), None);
+        let cleared = with(1, 50).unwrap().to_builder().replica_acks(None).build();
+        assert_eq!(cleared.unwrap().replica_acks(), None);
+    }
+
+    #[test]
+    fn a_cluster_member_implies_hash_tags_and_one_slot() {
+        let config = LockConfig::default();
+        assert!(!config.hash_tags() && !config.one_slot());
+        let cluster = config.for_cluster_members();
+        assert!(cluster.hash_tags() && cluster.one_slot());
+        let opted_in = LockConfig::builder().hash_tags(true).build().unwrap();
+        assert!(opted_in.hash_tags() && !opted_in.one_slot());
+    }
+}

@@ -1,0 +1,256 @@
+//! The sharding scenario (`--only sharding`): 64 tasks, each locking and releasing a
+//! resource of its own, over 3 standalone masters and over 3 Redis Clusters of 3 masters
+//! each (a `Redlock` whose members are clusters), in the same run. It reports ops/s,
+//! p50/p99, the client's CPU per operation, and how the 64 lock keys spread over each
+//! cluster's masters. On a 2-core machine the servers share the cores with the client, so
+//! throughput does not grow with masters here; docs/benchmarks.md ("Sharding over Redis
+//! Cluster") projects what it gives on more machines from these figures.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorumlock::{DistributedLock, LockConfig, RedisLock, Redlock, ReplicaAcks};
+use quorumlock_testkit::{RedisCluster, SentinelDeployment, ShardedCluster};
+
+use crate::options::Options;
+use crate::stats::{fmt_rate, fmt_us, histogram, process_cpu, record};
+
+/// Tasks, each on a resource of its own.
+const TASKS: usize = 64;
+
+/// One measured run of one deployment.
+struct Measured {
+    ops: u64,
+    errors: u64,
+    elapsed: Duration,
+    p50_us: f64,
+    p99_us: f64,
+    cpu_us_per_op: Option<f64>,
+}
+
+/// Runs the scenario and prints its table; failures (errors, no progress) go to
+/// `failures`.
+pub async fn run(options: &Options, failures: &mut Vec<String>) {
+    println!("== sharding: {TASKS} tasks on distinct resources, 3 standalone masters vs 3 clusters of 3 masters");
+    let (standalone, a, b, c) = tokio::join!(
+        RedisCluster::start(3),
+        ShardedCluster::start(3, 0),
+        ShardedCluster::start(3, 0),
+        ShardedCluster::start(3, 0),
+    );
+    let standalone = standalone.expect("start 3 redis-server nodes");
+    let clusters = [
+        a.expect("start a cluster"),
+        b.expect("start a cluster"),
+        c.expect("start a cluster"),
+    ];
+    let config = LockConfig::builder()
+        .ttl(Duration::from_secs(10))
+        .node_timeout(Duration::from_millis(500))
+        .retry_count(0)
+        .build()
+        .expect("valid config");
+    let cluster_urls: Vec<String> = clusters.iter().map(ShardedCluster::url).collect();
+    let deployments = [
+        ("3 standalone", standalone.urls()),
+        ("3 clusters x3", cluster_urls),
+    ];
+    let window = options.window(Duration::from_secs(4));
+    let mut runs: BTreeMap<&str, Vec<Measured>> = BTreeMap::new();
+    for rep in 0..options.reps {
+        let mut order: Vec<&(&str, Vec<String>)> = deployments.iter().collect();
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        for (label, urls) in order {
+            let lock = Redlock::connect(urls, config.clone())
+                .await
+                .expect("connect the lock");
+            let measured = measure(lock, window).await;
+            println!(
+                "   rep {rep} {label:<14} {:>10} p50 {:>9} p99 {:>9} cpu/op {:>9} errors {}",
+                fmt_rate(Some(measured.ops as f64 / measured.elapsed.as_secs_f64())),
+                fmt_us(Some(measured.p50_us)),
+                fmt_us(Some(measured.p99_us)),
+                fmt_us(measured.cpu_us_per_op),
+                measured.errors,
+            );
+            if measured.errors > 0 || measured.ops == 0 {
+                failures.push(format!(
+                    "sharding {label}: {} operations, {} errors",
+                    measured.ops, measured.errors
+                ));
+            }
+            runs.entry(label).or_default().push(measured);
+        }
+    }
+    for (label, measured) in &runs {
+        let rates: Vec<f64> = measured
+            .iter()
+            .map(|m| m.ops as f64 / m.elapsed.as_secs_f64())
+            .collect();
+        let median = |mut values: Vec<f64>| {
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        println!(
+            "   median {label:<14} {:>10} p50 {:>9} p99 {:>9} cpu/op {:>9}",
+            fmt_rate(Some(median(rates))),
+            fmt_us(Some(median(measured.iter().map(|m| m.p50_us).collect()))),
+            fmt_us(Some(median(measured.iter().map(|m| m.p99_us).collect()))),
+            fmt_us(
+                measured
+                    .iter()
+                    .filter_map(|m| m.cpu_us_per_op)
+                    .reduce(f64::min)
+            ),
+        );
+    }
+    for (i, cluster) in clusters.iter().enumerate() {
+        let mut per_master = [0_usize; 3];
+        for task in 0..TASKS {
+            let key = format!("{{{}}}", resource(task));
+            match cluster.owner_of(&key).await {
+                Ok(owner) if owner < 3 => per_master[owner] += 1,
+                other => failures.push(format!("sharding: no owner for {key}: {other:?}")),
+            }
+        }
+        println!(
+            "   keys of cluster {i} per master: {per_master:?} (each standalone master holds all {TASKS})"
+        );
+    }
+}
+
+/// The cost of replica acknowledgements: one task locking and releasing on a master with
+/// one replica, without and with `WAIT 1` after each grant, in turn.
+pub async fn replica_acks(options: &Options, failures: &mut Vec<String>) {
+    println!("== replica acks: 1 task, a master with 1 replica, without and with WAIT 1");
+    let deployment = SentinelDeployment::start(1)
+        .await
+        .expect("start a master and its replica");
+    let plain = LockConfig::builder()
+        .ttl(Duration::from_secs(10))
+        .node_timeout(Duration::from_millis(200))
+        .retry_count(0)
+        .build()
+        .expect("valid config");
+    let acked = plain
+        .to_builder()
+        .replica_acks(ReplicaAcks::new(1, Duration::from_millis(100)))
+        .build()
+        .expect("valid config");
+    let window = options.window(Duration::from_secs(2));
+    for rep in 0..options.reps {
+        let mut order = [("no WAIT", &plain), ("WAIT 1", &acked)];
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        for (label, config) in order {
+            let lock = RedisLock::connect(&deployment.server(0).url(), config.clone())
+                .await
+                .expect("connect the lock");
+            let measured = measure_one(&lock, window).await;
+            println!(
+                "   rep {rep} {label:<8} {:>10} p50 {:>9} p99 {:>9} errors {}",
+                fmt_rate(Some(measured.ops as f64 / measured.elapsed.as_secs_f64())),
+                fmt_us(Some(measured.p50_us)),
+                fmt_us(Some(measured.p99_us)),
+                measured.errors,
+            );
+            if measured.errors > 0 || measured.ops == 0 {
+                failures.push(format!(
+                    "replica acks {label}: {} ops, {} errors",
+                    measured.ops, measured.errors
+                ));
+            }
+        }
+    }
+}
+
+/// One task locking and releasing one resource for `window`.
+async fn measure_one<L: DistributedLock>(lock: &L, window: Duration) -> Measured {
+    let started = Instant::now();
+    let mut hist = histogram();
+    let (mut ops, mut errors) = (0_u64, 0_u64);
+    while started.elapsed() < window {
+        let op = Instant::now();
+        match lock.try_acquire("acked").await {
+            Ok(guard) => match guard.release().await {
+                Ok(()) => {
+                    record(&mut hist, op.elapsed());
+                    ops += 1;
+                }
+                Err(_) => errors += 1,
+            },
+            Err(_) => errors += 1,
+        }
+    }
+    Measured {
+        ops,
+        errors,
+        elapsed: started.elapsed(),
+        p50_us: hist.value_at_quantile(0.5) as f64,
+        p99_us: hist.value_at_quantile(0.99) as f64,
+        cpu_us_per_op: None,
+    }
+}
+
+fn resource(task: usize) -> String {
+    format!("shard:{task}")
+}
+
+/// `TASKS` tasks locking and releasing their own resource for `window`.
+async fn measure(lock: Redlock, window: Duration) -> Measured {
+    let lock = Arc::new(lock);
+    let cpu_before = process_cpu();
+    let started = Instant::now();
+    let deadline = started + window;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let lock = Arc::clone(&lock);
+            tokio::spawn(async move {
+                let resource = resource(task);
+                let mut hist = histogram();
+                let (mut ops, mut errors) = (0_u64, 0_u64);
+                while Instant::now() < deadline {
+                    let op = Instant::now();
+                    match lock.try_acquire(&resource).await {
+                        Ok(guard) => match guard.release().await {
+                            Ok(()) => {
+                                record(&mut hist, op.elapsed());
+                                ops += 1;
+                            }
+                            Err(_) => errors += 1,
+                        },
+                        Err(_) => errors += 1,
+                    }
+                }
+                (hist, ops, errors)
+            })
+        })
+        .collect();
+    let mut hist = histogram();
+    let (mut ops, mut errors) = (0, 0);
+    for task in tasks {
+        let (task_hist, task_ops, task_errors) = task.await.expect("a sharding task");
+        hist.add(task_hist).expect("same histogram bounds");
+        ops += task_ops;
+        errors += task_errors;
+    }
+    let elapsed = started.elapsed();
+    let cpu_us_per_op = match (cpu_before, process_cpu()) {
+        (Some(before), Some(after)) if ops > 0 => {
+            Some((after - before).as_secs_f64() * 1e6 / ops as f64)
+        }
+        _ => None,
+    };
+    Measured {
+        ops,
+        errors,
+        elapsed,
+        p50_us: hist.value_at_quantile(0.5) as f64,
+        p99_us: hist.value_at_quantile(0.99) as f64,
+        cpu_us_per_op,
+    }
+}
