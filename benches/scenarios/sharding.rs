@@ -171,11 +171,29 @@ pub async fn replica_acks(options: &Options, failures: &mut Vec<String>) {
 /// One task locking and releasing one resource for `window`.
 async fn measure_one<L: DistributedLock>(lock: &L, window: Duration) -> Measured {
     let started = Instant::now();
+    let (hist, ops, errors) = cycles(lock, "acked", started + window).await;
+    Measured {
+        ops,
+        errors,
+        elapsed: started.elapsed(),
+        p50_us: hist.value_at_quantile(0.5) as f64,
+        p99_us: hist.value_at_quantile(0.99) as f64,
+        cpu_us_per_op: None,
+    }
+}
+
+/// Locks and releases `resource` until `deadline`: the latencies of the completed cycles,
+/// their number, and the number that failed.
+async fn cycles<L: DistributedLock>(
+    lock: &L,
+    resource: &str,
+    deadline: Instant,
+) -> (hdrhistogram::Histogram<u64>, u64, u64) {
     let mut hist = histogram();
     let (mut ops, mut errors) = (0_u64, 0_u64);
-    while started.elapsed() < window {
+    while Instant::now() < deadline {
         let op = Instant::now();
-        match lock.try_acquire("acked").await {
+        match lock.try_acquire(resource).await {
             Ok(guard) => match guard.release().await {
                 Ok(()) => {
                     record(&mut hist, op.elapsed());
@@ -186,14 +204,7 @@ async fn measure_one<L: DistributedLock>(lock: &L, window: Duration) -> Measured
             Err(_) => errors += 1,
         }
     }
-    Measured {
-        ops,
-        errors,
-        elapsed: started.elapsed(),
-        p50_us: hist.value_at_quantile(0.5) as f64,
-        p99_us: hist.value_at_quantile(0.99) as f64,
-        cpu_us_per_op: None,
-    }
+    (hist, ops, errors)
 }
 
 fn resource(task: usize) -> String {
@@ -209,25 +220,7 @@ async fn measure(lock: Redlock, window: Duration) -> Measured {
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let lock = Arc::clone(&lock);
-            tokio::spawn(async move {
-                let resource = resource(task);
-                let mut hist = histogram();
-                let (mut ops, mut errors) = (0_u64, 0_u64);
-                while Instant::now() < deadline {
-                    let op = Instant::now();
-                    match lock.try_acquire(&resource).await {
-                        Ok(guard) => match guard.release().await {
-                            Ok(()) => {
-                                record(&mut hist, op.elapsed());
-                                ops += 1;
-                            }
-                            Err(_) => errors += 1,
-                        },
-                        Err(_) => errors += 1,
-                    }
-                }
-                (hist, ops, errors)
-            })
+            tokio::spawn(async move { cycles(&*lock, &resource(task), deadline).await })
         })
         .collect();
     let mut hist = histogram();

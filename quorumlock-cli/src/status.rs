@@ -169,31 +169,48 @@ fn members(global: &GlobalArgs, urls: &[String]) -> Result<Vec<Member>, CliError
 async fn read_member(member: Member, key: &str, budget: Duration) -> (NodeView, Option<String>) {
     match member {
         Member::Server(client) => (read_node(client, key, budget).await, None),
-        Member::Sentinel(mut sentinel) => {
-            let master = tokio::time::timeout(budget, sentinel.async_get_client()).await;
-            match master {
-                Err(_) => (
-                    NodeView::Failed(format!("timed out after {}", format_duration(budget))),
-                    None,
-                ),
-                Ok(Err(error)) => (NodeView::Failed(error.to_string()), None),
-                Ok(Ok(client)) => {
-                    let placement = format!("master {}", client.get_connection_info().addr());
-                    (read_node(client, key, budget).await, Some(placement))
-                }
+        Member::Sentinel(mut sentinel) => match within(budget, sentinel.async_get_client()).await {
+            Err(failed) => (failed, None),
+            Ok(client) => {
+                let placement = format!("master {}", client.get_connection_info().addr());
+                (read_node(client, key, budget).await, Some(placement))
             }
-        }
-        Member::Cluster(seeds) => {
-            match tokio::time::timeout(budget, read_cluster(seeds, key)).await {
-                Err(_) => (
-                    NodeView::Failed(format!("timed out after {}", format_duration(budget))),
-                    None,
-                ),
-                Ok(Err(error)) => (NodeView::Failed(error.to_string()), None),
-                Ok(Ok((view, placement))) => (view, Some(placement)),
-            }
-        }
+        },
+        Member::Cluster(seeds) => match within(budget, read_cluster(seeds, key)).await {
+            Err(failed) => (failed, None),
+            Ok((view, placement)) => (view, Some(placement)),
+        },
     }
+}
+
+/// `request`'s answer within `budget`, or the failed view that says why not.
+async fn within<T>(
+    budget: Duration,
+    request: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, NodeView> {
+    match tokio::time::timeout(budget, request).await {
+        Err(_) => Err(NodeView::Failed(format!(
+            "timed out after {}",
+            format_duration(budget)
+        ))),
+        Ok(Err(error)) => Err(NodeView::Failed(error.to_string())),
+        Ok(Ok(answer)) => Ok(answer),
+    }
+}
+
+/// `GET` and `PTTL` of `key` (two plain commands in one pipeline), as a node's view.
+async fn get_and_pttl(
+    connection: &mut impl redis::aio::ConnectionLike,
+    key: &str,
+) -> redis::RedisResult<NodeView> {
+    let (value, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
+        .cmd("GET")
+        .arg(key)
+        .cmd("PTTL")
+        .arg(key)
+        .query_async(connection)
+        .await?;
+    Ok(view_of(value, pttl))
 }
 
 /// `GET`, `PTTL` and the master of `key`'s slot (`CLUSTER KEYSLOT`, `CLUSTER SLOTS`) on the
@@ -201,13 +218,7 @@ async fn read_member(member: Member, key: &str, budget: Duration) -> (NodeView, 
 async fn read_cluster(seeds: Vec<String>, key: &str) -> redis::RedisResult<(NodeView, String)> {
     let client = redis::cluster::ClusterClient::new(seeds)?;
     let mut connection = client.get_async_connection().await?;
-    let (value, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
-        .cmd("GET")
-        .arg(key)
-        .cmd("PTTL")
-        .arg(key)
-        .query_async(&mut connection)
-        .await?;
+    let view = get_and_pttl(&mut connection, key).await?;
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
         .arg(key)
@@ -218,7 +229,7 @@ async fn read_cluster(seeds: Vec<String>, key: &str) -> redis::RedisResult<(Node
         .query_async(&mut connection)
         .await?;
     let master = slot_master(&slots, slot).unwrap_or_else(|| "no master".to_owned());
-    Ok((view_of(value, pttl), format!("slot {slot} on {master}")))
+    Ok((view, format!("slot {slot} on {master}")))
 }
 
 /// `host:port` of the master serving `slot` in a `CLUSTER SLOTS` reply.
@@ -270,20 +281,9 @@ fn view_of(value: Option<Vec<u8>>, pttl: i64) -> NodeView {
 async fn read_node(client: redis::Client, key: &str, budget: Duration) -> NodeView {
     let query = async {
         let mut connection = client.get_multiplexed_async_connection().await?;
-        let reply: (Option<Vec<u8>>, i64) = redis::pipe()
-            .cmd("GET")
-            .arg(key)
-            .cmd("PTTL")
-            .arg(key)
-            .query_async(&mut connection)
-            .await?;
-        Ok::<_, redis::RedisError>(reply)
+        get_and_pttl(&mut connection, key).await
     };
-    match tokio::time::timeout(budget, query).await {
-        Err(_) => NodeView::Failed(format!("timed out after {}", format_duration(budget))),
-        Ok(Err(error)) => NodeView::Failed(error.to_string()),
-        Ok(Ok((value, pttl))) => view_of(value, pttl),
-    }
+    within(budget, query).await.unwrap_or_else(|failed| failed)
 }
 
 /// Decides what the nodes say together; see [`Verdict`].

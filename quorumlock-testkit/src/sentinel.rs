@@ -12,6 +12,7 @@ use crate::error::{Result, TestkitError};
 use crate::options::NodeOptions;
 use crate::ports::{free_port, free_ports};
 use crate::process::RedisProcess;
+use crate::sharded::query;
 use crate::state::NodeState;
 
 /// The name the sentinel monitors the master under (`sentinel monitor <name> ...`).
@@ -229,20 +230,4 @@ impl Drop for SentinelDeployment {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-}
-
-async fn query<T: redis::FromRedisValue>(
-    server: &RedisProcess,
-    operation: &'static str,
-    command: &redis::Cmd,
-) -> Result<T> {
-    query_with_timeout(
-        &server.url(),
-        &server.address(),
-        server.state(),
-        operation,
-        command,
-        HELPER_TIMEOUT,
-    )
-    .await
 }

@@ -357,7 +357,7 @@ fn cluster(args: &[&str]) -> redis::Cmd {
 }
 
 /// Runs `command` on `node` with the helpers' budget.
-async fn query<T: redis::FromRedisValue>(
+pub(crate) async fn query<T: redis::FromRedisValue>(
     node: &RedisProcess,
     operation: &'static str,
     command: &redis::Cmd,

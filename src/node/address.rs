@@ -124,20 +124,26 @@ pub fn cluster_seeds(url: &str) -> Option<Result<Vec<String>, LockError>> {
             "a cluster URL takes no path (Redis Cluster has one database)",
         )));
     }
-    let (credentials, hosts) = match authority.rsplit_once('@') {
-        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
-        None => (String::new(), authority),
-    };
-    // Commas, or semicolons where commas separate members (the CLI's `--nodes`).
+    let (credentials, hosts) = hosts_of(authority);
     let seeds: Vec<String> = hosts
-        .split([',', ';'])
-        .filter(|host| !host.is_empty())
         .map(|host| format!("{plain}://{credentials}{host}{query}"))
         .collect();
     if seeds.is_empty() {
         return Some(Err(invalid("a cluster URL needs at least one seed node")));
     }
     Some(Ok(seeds))
+}
+
+/// The credentials (`user:password@`, or empty) and the hosts of the authority of a URL
+/// that lists several hosts, separated by commas, or by semicolons where commas separate
+/// members (the CLI's `--nodes`).
+pub(super) fn hosts_of(authority: &str) -> (String, impl Iterator<Item = &str>) {
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let hosts = hosts.split([',', ';']).filter(|host| !host.is_empty());
+    (credentials, hosts)
 }
 
 /// The cluster client for `seeds`.

@@ -86,16 +86,8 @@ pub fn sentinel_client(url: &str) -> Option<Result<SentinelClient, LockError>> {
             "the master's service name is empty".to_owned(),
         )));
     }
-    let (credentials, hosts) = match authority.rsplit_once('@') {
-        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
-        None => (String::new(), authority),
-    };
-    // Commas, or semicolons where commas separate members (the CLI's `--nodes`).
-    let sentinels: Vec<String> = hosts
-        .split([',', ';'])
-        .filter(|host| !host.is_empty())
-        .map(|host| format!("redis://{host}"))
-        .collect();
+    let (credentials, hosts) = super::address::hosts_of(authority);
+    let sentinels: Vec<String> = hosts.map(|host| format!("redis://{host}")).collect();
     if sentinels.is_empty() {
         return Some(Err(invalid(
             "a Sentinel URL needs at least one sentinel".to_owned(),
