@@ -65,6 +65,7 @@ impl LockConfig {
                 });
             }
         }
+        self.validate_cohort()?;
         self.validate_wait()
     }
 
