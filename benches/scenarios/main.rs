@@ -17,6 +17,7 @@ mod load;
 mod machine;
 mod memory;
 mod options;
+mod physical;
 mod plot;
 mod report;
 mod results_doc;
@@ -114,6 +115,8 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
     proxy.set_latency(Direction::ToServer, ADDED_LATENCY, Duration::ZERO);
     let mut slow = direct.clone();
     slow[SLOW_NODE] = proxy.url();
+    let physical = physical::measure(&direct).await;
+    println!("loopback PING p50 per node: {}\n", physical.describe());
 
     let mut results: Results = BTreeMap::new();
     let mut failures: Vec<String> = Vec::new();
@@ -203,6 +206,7 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         machine: &machine,
         results: &results,
         memory: memory.as_ref(),
+        physical: Some(&physical),
         micro: options
             .criterion
             .as_deref()
