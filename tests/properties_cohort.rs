@@ -7,6 +7,6 @@
 #[path = "properties/cohort.rs"]
 mod cohort;
 // Its replay search is for the negative properties of tests/properties.rs.
-#[allow(dead_code)]
+#[allow(dead_code, unused_macros, unused_imports)]
 #[path = "properties/harness.rs"]
 mod harness;
