@@ -86,8 +86,10 @@ async fn run(load: &str, contender: Contender, ops: u64) {
                 .expect("warm-up");
         }
     }
+    let replies_before = node_replies(&clients);
     let started = Instant::now();
     let tasks: Vec<_> = clients
+        .clone()
         .into_iter()
         .enumerate()
         .map(|(task, client)| {
@@ -112,10 +114,27 @@ async fn run(load: &str, contender: Contender, ops: u64) {
     for task in tasks {
         task.await.expect("task");
     }
+    let elapsed = started.elapsed();
+    let requests = node_replies(&clients) - replies_before;
     println!(
-        "{load} {}: {} operations in {:?}",
+        "{load} {}: {} operations in {elapsed:?}, {requests} node replies",
         contender.label(),
         tasks_run * ops,
-        started.elapsed()
     );
+}
+
+/// The node replies quorumlock's clients counted so far (each shared client once).
+fn node_replies(clients: &[Arc<Client>]) -> u64 {
+    let mut seen: Vec<*const Client> = Vec::new();
+    let mut replies = 0;
+    for client in clients {
+        if seen.contains(&Arc::as_ptr(client)) {
+            continue;
+        }
+        seen.push(Arc::as_ptr(client));
+        if let Client::Redlock(lock) = &**client {
+            replies += lock.node_metrics().iter().map(|node| node.replies).sum::<u64>();
+        }
+    }
+    replies
 }
