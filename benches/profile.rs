@@ -29,6 +29,12 @@ use redis::AsyncCommands;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, kind, count] = args.as_slice() {
+        if mode == "requests" {
+            let count = count.parse().expect("request count");
+            return current_thread().block_on(requests(kind, count));
+        }
+    }
     let [load, contender, ops] = args.as_slice() else {
         eprintln!("usage: profile <s1|s3|s3b> <quorumlock|rslock|floor> <ops per task>");
         std::process::exit(2);
@@ -124,6 +130,49 @@ async fn run(load: &str, contender: Contender, ops: u64) {
         contender.label(),
         tasks_run * ops,
     );
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// `count` requests of one kind to one node, one after the other, each refused the same
+/// way: the same path every time, so that the instructions per request are exact. `lock`
+/// is `SET NX` on a held key, `queued` a queued waiter's attempt on it (its place
+/// refreshed), `unlock` a compare-and-delete of a key held by another token.
+async fn requests(kind: &str, count: u64) {
+    use quorumlock::node::{LockNode, QueuePlace, RedisNode};
+    use quorumlock::LockToken;
+    use std::time::Duration;
+
+    let cluster = RedisCluster::start(1).await.expect("start a node");
+    let node: Arc<dyn LockNode> = Arc::new(
+        RedisNode::connect(&cluster.urls()[0], Duration::from_secs(1))
+            .await
+            .expect("node"),
+    );
+    let keys: Vec<Arc<str>> = vec![Arc::from("profiled")];
+    let (holder, token) = (LockToken::generate(), LockToken::generate());
+    let ttl = Duration::from_secs(60);
+    assert!(node.try_lock(&keys, &holder, ttl).await.expect("hold the key"));
+    let place = QueuePlace {
+        waiter: LockToken::from_string(format!("client:{}", LockToken::generate())),
+        ticket: 1,
+        lifetime: Duration::from_secs(60),
+    };
+    for _ in 0..count {
+        let taken = match kind {
+            "lock" => node.try_lock(&keys, &token, ttl).await,
+            "queued" => node.try_lock_queued(&keys, &token, ttl, &place).await,
+            "unlock" => node.unlock(&keys, &token).await,
+            other => panic!("unknown request kind {other}"),
+        };
+        assert!(!taken.expect("the node answers"), "refused every time");
+    }
+    println!("{count} {kind} requests");
 }
 
 /// The node replies quorumlock's clients counted so far (each shared client once).
