@@ -157,7 +157,10 @@ async fn requests(kind: &str, count: u64) {
     let keys: Vec<Arc<str>> = vec![Arc::from("profiled")];
     let (holder, token) = (LockToken::generate(), LockToken::generate());
     let ttl = Duration::from_secs(60);
-    assert!(node.try_lock(&keys, &holder, ttl).await.expect("hold the key"));
+    assert!(node
+        .try_lock(&keys, &holder, ttl)
+        .await
+        .expect("hold the key"));
     let place = QueuePlace {
         waiter: LockToken::from_string(format!("client:{}", LockToken::generate())),
         ticket: 1,
@@ -185,7 +188,11 @@ fn node_replies(clients: &[Arc<Client>]) -> u64 {
         }
         seen.push(Arc::as_ptr(client));
         if let Client::Redlock(lock) = &**client {
-            replies += lock.node_metrics().iter().map(|node| node.replies).sum::<u64>();
+            replies += lock
+                .node_metrics()
+                .iter()
+                .map(|node| node.replies)
+                .sum::<u64>();
         }
     }
     replies
