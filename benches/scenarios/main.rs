@@ -21,6 +21,7 @@ mod physical;
 mod plot;
 mod report;
 mod results_doc;
+mod scaling;
 mod scenarios;
 mod stats;
 
@@ -201,6 +202,18 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
     };
     drop(cluster);
 
+    let scaling = if options.wants("scaling") {
+        println!("== scaling: 1 task on 3-9 nodes, 1-256 tasks on 5, 1,000-100,000 locks held");
+        let mut nine = RedisCluster::start(scaling::NODE_COUNTS[3])
+            .await
+            .expect("start 9 redis-server nodes");
+        let scaling = scaling::run(&options, &mut nine).await;
+        failures.extend(scaling.failures.iter().cloned());
+        Some(scaling)
+    } else {
+        None
+    };
+
     let report = Report {
         options: &options,
         machine: &machine,
@@ -214,7 +227,10 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
             .unwrap_or_default(),
         wall: started.elapsed(),
     };
-    let tables = report.markdown();
+    let mut tables = report.markdown();
+    if let Some(scaling) = &scaling {
+        tables.push_str(&scaling.markdown());
+    }
     println!("\n{tables}");
 
     let plots = options.plots.clone().or_else(|| {
@@ -225,6 +241,9 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
     });
     if let Some(dir) = &plots {
         plot::draw_plots(dir, &results);
+        if let Some(scaling) = &scaling {
+            scaling.draw(dir);
+        }
     }
     if let Some(docs) = &options.docs {
         match results_doc::write(docs, &tables) {
@@ -233,7 +252,7 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         }
     }
 
-    let checks = results.len() + usize::from(memory.is_some());
+    let checks = results.len() + usize::from(memory.is_some()) + usize::from(scaling.is_some());
     if failures.is_empty() {
         println!(
             "scenarios: {checks} passed, 0 failed (wall time {:.1} s)",
