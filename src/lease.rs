@@ -37,8 +37,11 @@ pub(crate) struct Lease {
     pub(crate) tally: Tally,
     state: watch::Sender<LeaseState>,
     /// The keys on the nodes, which outlive this lease when it is passed to another task
-    /// of the process (see `cohort`).
-    custody: Arc<Custody>,
+    /// of the process (see `cohort`): kept in the lease that won them on the nodes (no
+    /// allocation of its own per lock), which the leases it is passed to point at.
+    custody: Custody,
+    /// The first lease of the run, whose custody this one shares; `None` for that one.
+    run_head: Option<Arc<Lease>>,
     /// Where this lease stands in its cohort: the passes before it, and when the first
     /// holder won the lock on the nodes.
     pub(crate) run: CohortRun,
@@ -142,10 +145,11 @@ impl Lease {
             fencing_token: None,
             tally: Tally::default(),
             state: watch::Sender::new(state),
-            custody: Arc::new(Custody {
+            custody: Custody {
                 ended: AtomicBool::new(false),
                 unlocks: None,
-            }),
+            },
+            run_head: None,
             run: CohortRun {
                 started: acquired_at,
                 passes: 0,
@@ -157,22 +161,27 @@ impl Lease {
     /// Keeps a record of what the release's unlocks find on each of `nodes` nodes, for a
     /// background task that settles the acquisition's late `SET`s.
     pub(crate) fn tracking_unlocks(mut self, nodes: usize) -> Self {
-        self.custody = Arc::new(Custody {
-            ended: AtomicBool::new(false),
-            unlocks: Some(Unlocks::new(nodes)),
-        });
+        self.custody.unlocks = Some(Unlocks::new(nodes));
         self
     }
 
     /// What the release's unlocks found on each node, when they are tracked.
     pub(crate) fn unlocks(&self) -> Option<&Unlocks> {
-        self.custody.unlocks.as_ref()
+        self.custody().unlocks.as_ref()
     }
 
     /// Whether the keys on the nodes were given up: released, or lost, by this lease or
     /// by one it was passed to. A late `SET` that lands then must be undone.
     pub(crate) fn keys_given_up(&self) -> bool {
-        self.custody.ended.load(Ordering::Acquire)
+        self.custody().ended.load(Ordering::Acquire)
+    }
+
+    /// The custody of the keys: this lease's own, or the run's first lease's.
+    fn custody(&self) -> &Custody {
+        match &self.run_head {
+            Some(head) => &head.custody,
+            None => &self.custody,
+        }
     }
 
     /// Whether this lease was passed on to another task of the process.
@@ -191,7 +200,7 @@ impl Lease {
     /// The lease of the next holder of the same keys, one pass further in the run: the
     /// same token, tally and deadline, a fresh state of its own (its own lost signal), and
     /// the same custody of the keys.
-    pub(crate) fn successor(&self) -> Lease {
+    pub(crate) fn successor(self: &Arc<Self>) -> Lease {
         let state = self.state();
         Lease {
             counters: Arc::clone(&self.counters),
@@ -205,7 +214,11 @@ impl Lease {
                 deadline: state.deadline,
                 end: None,
             }),
-            custody: Arc::clone(&self.custody),
+            custody: Custody {
+                ended: AtomicBool::new(false),
+                unlocks: None,
+            },
+            run_head: Some(Arc::clone(self.run_head.as_ref().unwrap_or(self))),
             run: CohortRun {
                 started: self.run.started,
                 passes: self.run.passes.saturating_add(1),
@@ -259,7 +272,7 @@ impl Lease {
             Counters::bump(&self.counters.lost);
             tracing::warn!(resource = %self.resource, %end, "lock lost");
         }
-        self.custody.ended.store(true, Ordering::Release);
+        self.custody().ended.store(true, Ordering::Release);
         self.record_end(end);
     }
 

@@ -13,6 +13,7 @@ use crate::clients::Contender;
 use crate::load::run_one;
 use crate::memory;
 use crate::options::Options;
+use crate::plot::COLORS;
 use crate::scenarios::{smoke_checks, Load, Nodes, Scenario};
 use crate::stats::{self, fmt_rate, fmt_us, Run, Summary};
 
@@ -322,12 +323,6 @@ fn report(result: Result<(), String>, dir: &Path, file: &str) {
         Err(err) => eprintln!("plot {file} failed: {err}"),
     }
 }
-
-const COLORS: [RGBColor; 3] = [
-    RGBColor(0x1f, 0x77, 0xb4), // blue: quorumlock
-    RGBColor(0xd6, 0x27, 0x28), // red: rslock
-    RGBColor(0x2c, 0xa0, 0x2c), // green: floor
-];
 
 /// Draws one line per contender, `y` over `x`, with a log x axis.
 fn line_plot(
