@@ -142,6 +142,19 @@ pub enum ConfigError {
         /// The maximum accepted.
         max: Duration,
     },
+    /// The [`cohort_window`](crate::LockConfig::cohort_window) is zero or above
+    /// [`LockConfig::MAX_COHORT_WINDOW`](crate::LockConfig::MAX_COHORT_WINDOW) while
+    /// cohorts are on.
+    #[error(
+        "the cohort window must be greater than zero and at most {max:?}, got {window:?} \
+         (to turn cohorts off, set cohort_passes(0))"
+    )]
+    CohortWindowOutOfRange {
+        /// The rejected window.
+        window: Duration,
+        /// The maximum accepted.
+        max: Duration,
+    },
     /// An [`AutoExtend::every`](crate::AutoExtend::every) interval below
     /// [`AutoExtend::min_interval`](crate::AutoExtend::min_interval) would flood the nodes
     /// with extension rounds.

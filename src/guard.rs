@@ -214,6 +214,11 @@ impl LockGuard {
         }
         self.watchdog = None; // stop extending before deleting
         let lease = &self.lease;
+        // A task of this process waits for the lock: it goes to that one, keys and all.
+        if self.coordinator.pass_to_waiter(lease) {
+            self.released = true;
+            return Ok(());
+        }
         // Ended before the deletes go out, so that a late `SET` of the acquisition landing
         // after them is undone (see `Coordinator::finish_stragglers`).
         lease.end(LeaseEnd::Released);
@@ -234,7 +239,10 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         self.watchdog = None;
         let lease = &self.lease;
-        if !self.released && self.coordinator.config().auto_release() {
+        if !self.released
+            && self.coordinator.config().auto_release()
+            && !self.coordinator.pass_to_waiter(lease)
+        {
             lease.end(LeaseEnd::Released);
             self.coordinator.release_in_background(Arc::clone(lease));
         }

@@ -4,7 +4,7 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,9 +36,38 @@ pub(crate) struct Lease {
     /// The winning round's tally, as counted when its quorum was decided.
     pub(crate) tally: Tally,
     state: watch::Sender<LeaseState>,
-    /// What the release's unlock found on each node, kept only while the acquisition's
-    /// late `SET`s are settled in the background; see [`Unlocks`].
-    pub(crate) unlocks: Option<Unlocks>,
+    /// The keys on the nodes, which outlive this lease when it is passed to another task
+    /// of the process (see `cohort`): kept in the lease that won them on the nodes (no
+    /// allocation of its own per lock), which the leases it is passed to point at.
+    custody: Custody,
+    /// The first lease of the run, whose custody this one shares; `None` for that one.
+    run_head: Option<Arc<Lease>>,
+    /// Where this lease stands in its cohort: the passes before it, and when the first
+    /// holder won the lock on the nodes.
+    pub(crate) run: CohortRun,
+    /// Set when the lease was passed on: its holder holds nothing any more, while the keys
+    /// stay on the nodes for the next.
+    passed: AtomicBool,
+}
+
+/// A run of holders of one lock in one process: the lock won on the nodes once, then
+/// passed from task to task (see `cohort`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CohortRun {
+    /// When the round that won the lock on the nodes began.
+    pub(crate) started: Instant,
+    /// How many times it was passed since.
+    pub(crate) passes: u32,
+}
+
+/// The lock's keys on the nodes, shared by every lease of one cohort run: whether they
+/// were given up (released or lost, which a pass is not), and what the release's unlock
+/// found on each node.
+struct Custody {
+    ended: AtomicBool,
+    /// Kept only while the acquisition's late `SET`s are settled in the background; see
+    /// [`Unlocks`].
+    unlocks: Option<Unlocks>,
 }
 
 /// What the release's unlock found on each node, so that a `SET` of the acquisition that
@@ -110,21 +139,92 @@ impl Lease {
         };
         Lease {
             counters,
-            unlocks: None,
             resource: resource.to_owned(),
             keys,
             token,
             fencing_token: None,
             tally: Tally::default(),
             state: watch::Sender::new(state),
+            custody: Custody {
+                ended: AtomicBool::new(false),
+                unlocks: None,
+            },
+            run_head: None,
+            run: CohortRun {
+                started: acquired_at,
+                passes: 0,
+            },
+            passed: AtomicBool::new(false),
         }
     }
 
     /// Keeps a record of what the release's unlocks find on each of `nodes` nodes, for a
     /// background task that settles the acquisition's late `SET`s.
     pub(crate) fn tracking_unlocks(mut self, nodes: usize) -> Self {
-        self.unlocks = Some(Unlocks::new(nodes));
+        self.custody.unlocks = Some(Unlocks::new(nodes));
         self
+    }
+
+    /// What the release's unlocks found on each node, when they are tracked.
+    pub(crate) fn unlocks(&self) -> Option<&Unlocks> {
+        self.custody().unlocks.as_ref()
+    }
+
+    /// Whether the keys on the nodes were given up: released, or lost, by this lease or
+    /// by one it was passed to. A late `SET` that lands then must be undone.
+    pub(crate) fn keys_given_up(&self) -> bool {
+        self.custody().ended.load(Ordering::Acquire)
+    }
+
+    /// The custody of the keys: this lease's own, or the run's first lease's.
+    fn custody(&self) -> &Custody {
+        match &self.run_head {
+            Some(head) => &head.custody,
+            None => &self.custody,
+        }
+    }
+
+    /// Whether this lease was passed on to another task of the process.
+    pub(crate) fn was_passed(&self) -> bool {
+        self.passed.load(Ordering::Acquire)
+    }
+
+    /// Ends this lease as passed on: its holder's lost signal reports it released, while
+    /// the keys stay on the nodes, in the custody of the lease [`successor`](Self::successor)
+    /// makes.
+    pub(crate) fn end_passed(&self) {
+        self.passed.store(true, Ordering::Release);
+        self.record_end(LeaseEnd::Released);
+    }
+
+    /// The lease of the next holder of the same keys, one pass further in the run: the
+    /// same token, tally and deadline, a fresh state of its own (its own lost signal), and
+    /// the same custody of the keys.
+    pub(crate) fn successor(self: &Arc<Self>) -> Lease {
+        let state = self.state();
+        Lease {
+            counters: Arc::clone(&self.counters),
+            resource: self.resource.clone(),
+            keys: Arc::clone(&self.keys),
+            token: self.token.clone(),
+            fencing_token: self.fencing_token,
+            tally: self.tally.clone(),
+            state: watch::Sender::new(LeaseState {
+                acquired_at: state.acquired_at,
+                deadline: state.deadline,
+                end: None,
+            }),
+            custody: Custody {
+                ended: AtomicBool::new(false),
+                unlocks: None,
+            },
+            run_head: Some(Arc::clone(self.run_head.as_ref().unwrap_or(self))),
+            run: CohortRun {
+                started: self.run.started,
+                passes: self.run.passes.saturating_add(1),
+            },
+            passed: AtomicBool::new(false),
+        }
     }
 
     /// Attaches the tally of the round that won this lease.
@@ -165,12 +265,18 @@ impl Lease {
         });
     }
 
-    /// Records how the lease ended; the first end recorded wins.
+    /// Records how the lease ended (the first end recorded wins), and that its keys on the
+    /// nodes were given up.
     pub(crate) fn end(&self, end: LeaseEnd) {
         if !matches!(end, LeaseEnd::Released) {
             Counters::bump(&self.counters.lost);
             tracing::warn!(resource = %self.resource, %end, "lock lost");
         }
+        self.custody().ended.store(true, Ordering::Release);
+        self.record_end(end);
+    }
+
+    fn record_end(&self, end: LeaseEnd) {
         self.state.send_if_modified(|state| {
             if state.end.is_some() {
                 return false;

@@ -83,6 +83,20 @@
 //! read-modify-write claims its token with [`fencing::fenced_claim`] before it reads. See
 //! [`fencing`] for how tokens are minted across a quorum and what they require.
 //!
+//! # Cohorts: tasks of one process pass the lock on
+//!
+//! When tasks of this process wait (with `acquire`) for a lock that another of its tasks
+//! holds, the holder's release passes the lock straight to the next of them, without a
+//! round trip: the keys stay on the nodes under the same token, and the waiter gets a
+//! guard of its own (its own [`lost`](LockGuard::lost) signal and
+//! [`auto_extend`](LockGuard::auto_extend)); [`LockMetrics::passed`] counts the passes. So
+//! that waiters of other processes wait a bounded time, a lock passes at most
+//! [`cohort_passes`](LockConfig::cohort_passes) times in a row (32 by default), within
+//! [`cohort_window`](LockConfig::cohort_window) of being won on the nodes (10 ms), and
+//! only with at least half its validity left; then the release goes to the nodes and
+//! their fair queue. With fencing on, locks are not passed (each holder mints its own
+//! token); `cohort_passes(0)` turns cohorts off.
+//!
 //! # Several resources at once
 //!
 //! [`DistributedLock::acquire_many`] locks a set of resources atomically: on each node all
@@ -166,6 +180,7 @@
 pub use redis;
 
 mod bounds;
+mod cohort;
 mod config;
 mod error;
 mod factory;

@@ -69,7 +69,9 @@ pub trait DistributedLock: Send + Sync {
     /// the nodes' queue is given back in the background, and the next blocking acquisition
     /// of the same resources in this process gets its turn. Dropped while it waits between
     /// attempts, there is nothing to undo: each failed attempt was rolled back before its
-    /// wait began.
+    /// wait began. A lock a task of this process passed to it meanwhile (see
+    /// [cohorts](crate#cohorts-tasks-of-one-process-pass-the-lock-on)) goes on to the next
+    /// waiting task, or is released on the nodes.
     fn acquire(&self, resource: &str) -> impl Future<Output = Result<LockGuard, LockError>> + Send;
 
     /// One attempt to lock several resources at once: on each node all of their keys are

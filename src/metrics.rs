@@ -37,6 +37,9 @@ pub struct LockMetrics {
     pub validity_exhausted: u64,
     /// Releases confirmed by a quorum.
     pub released: u64,
+    /// Locks passed from a releasing task to one of this process waiting for them, without
+    /// a round trip to the nodes (see [`LockConfig::cohort_passes`](crate::LockConfig::cohort_passes)).
+    pub passed: u64,
     /// Successful refreshes (manual or by a watchdog).
     pub extended: u64,
     /// Leases that ended other than by release: refresh found the lock gone, or a watchdog
@@ -64,6 +67,7 @@ pub(crate) struct Counters {
     pub(crate) no_quorum: AtomicU64,
     pub(crate) validity_exhausted: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) passed: AtomicU64,
     pub(crate) extended: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) node_errors: AtomicU64,
@@ -87,6 +91,7 @@ impl Counters {
             no_quorum: read(&self.no_quorum),
             validity_exhausted: read(&self.validity_exhausted),
             released: read(&self.released),
+            passed: read(&self.passed),
             extended: read(&self.extended),
             lost: read(&self.lost),
             node_errors: read(&self.node_errors),

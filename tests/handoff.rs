@@ -201,5 +201,6 @@ async fn many_waiters_all_get_their_turn_quickly() {
     let elapsed = started.elapsed();
     assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
     let metrics = lock.metrics();
-    assert_eq!(metrics.acquired, 80 + 1, "{metrics:?}"); // + the warm-up
+    // + the warm-up; a release with a waiter of this process passes the lock to it.
+    assert_eq!(metrics.acquired + metrics.passed, 80 + 1, "{metrics:?}");
 }

@@ -59,7 +59,7 @@ pub async fn run_one(
             }
             run
         }
-        Load::Contended { tasks } => {
+        Load::Contended { tasks, shared } => {
             // Without a lock, clients would race on the counter: the ceiling is one client.
             let tasks = if contender == Contender::NoLock {
                 1
@@ -67,10 +67,17 @@ pub async fn run_one(
                 tasks
             };
             let mut clients = Vec::with_capacity(tasks);
-            for _ in 0..tasks {
-                let client = Client::connect(contender, urls, &config).await;
+            if shared {
+                // One lock object for every task, as the tasks of one service share it.
+                let client = Arc::new(Client::connect(contender, urls, &config).await);
                 warm_up(&client, &prefix).await;
-                clients.push(Arc::new(client));
+                clients.resize(tasks, client);
+            } else {
+                for _ in 0..tasks {
+                    let client = Client::connect(contender, urls, &config).await;
+                    warm_up(&client, &prefix).await;
+                    clients.push(Arc::new(client));
+                }
             }
             let counter = cluster
                 .node(0)
@@ -123,7 +130,8 @@ fn rounds_per_acquire(
         metrics.iter().map(f).sum::<u64>()
     };
     let attempts = sum(&after, |m| m.attempts) - sum(&before, |m| m.attempts);
-    let acquired = sum(&after, |m| m.acquired) - sum(&before, |m| m.acquired);
+    // A lock passed within the process is an acquisition too, one without a round.
+    let acquired = sum(&after, |m| m.acquired + m.passed) - sum(&before, |m| m.acquired + m.passed);
     (acquired > 0).then(|| attempts as f64 / acquired as f64)
 }
 

@@ -17,9 +17,11 @@ mod load;
 mod machine;
 mod memory;
 mod options;
+mod physical;
 mod plot;
 mod report;
 mod results_doc;
+mod scaling;
 mod scenarios;
 mod sharding;
 mod stats;
@@ -115,6 +117,8 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
     proxy.set_latency(Direction::ToServer, ADDED_LATENCY, Duration::ZERO);
     let mut slow = direct.clone();
     slow[SLOW_NODE] = proxy.url();
+    let physical = physical::measure(&direct).await;
+    println!("loopback PING p50 per node: {}\n", physical.describe());
 
     let mut results: Results = BTreeMap::new();
     let mut failures: Vec<String> = Vec::new();
@@ -205,11 +209,24 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         sharding::replica_acks(&options, &mut failures).await;
     }
 
+    let scaling = if options.wants("scaling") {
+        println!("== scaling: 1 task on 3-9 nodes, 1-256 tasks on 5, 1,000-100,000 locks held");
+        let mut nine = RedisCluster::start(scaling::NODE_COUNTS[3])
+            .await
+            .expect("start 9 redis-server nodes");
+        let scaling = scaling::run(&options, &mut nine).await;
+        failures.extend(scaling.failures.iter().cloned());
+        Some(scaling)
+    } else {
+        None
+    };
+
     let report = Report {
         options: &options,
         machine: &machine,
         results: &results,
         memory: memory.as_ref(),
+        physical: Some(&physical),
         micro: options
             .criterion
             .as_deref()
@@ -217,7 +234,10 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
             .unwrap_or_default(),
         wall: started.elapsed(),
     };
-    let tables = report.markdown();
+    let mut tables = report.markdown();
+    if let Some(scaling) = &scaling {
+        tables.push_str(&scaling.markdown());
+    }
     println!("\n{tables}");
 
     let plots = options.plots.clone().or_else(|| {
@@ -228,6 +248,9 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
     });
     if let Some(dir) = &plots {
         plot::draw_plots(dir, &results);
+        if let Some(scaling) = &scaling {
+            scaling.draw(dir);
+        }
     }
     if let Some(docs) = &options.docs {
         match results_doc::write(docs, &tables) {
@@ -236,7 +259,7 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         }
     }
 
-    let checks = results.len() + usize::from(memory.is_some());
+    let checks = results.len() + usize::from(memory.is_some()) + usize::from(scaling.is_some());
     if failures.is_empty() {
         println!(
             "scenarios: {checks} passed, 0 failed (wall time {:.1} s)",

@@ -154,3 +154,41 @@ pub async fn measure(urls: &[String], locks: usize, ttl: Duration) -> MemoryRepo
         acquire_secs,
     }
 }
+
+/// Live heap bytes per lock while `contender` holds `locks` locks on `urls` (acquired 64 at
+/// a time, with no auto-extension), relative to the connected client before the first;
+/// then releases them all.
+pub async fn held_per_lock(
+    contender: crate::clients::Contender,
+    urls: &[String],
+    locks: usize,
+) -> f64 {
+    let config = LockConfig::builder()
+        .ttl(Duration::from_secs(120))
+        .build()
+        .expect("config");
+    let client = crate::clients::Client::connect(contender, urls, &config).await;
+    for i in 0..32 {
+        client
+            .cycle(&format!("held:warm:{i}"))
+            .await
+            .expect("warm-up");
+    }
+    let baseline = live();
+    let label = contender.label();
+    let held: Vec<_> = stream::iter(0..locks)
+        .map(|i| {
+            let client = &client;
+            async move { client.acquire(&format!("held:{label}:{i}")).await }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let per_lock = live().saturating_sub(baseline) as f64 / locks.max(1) as f64;
+    stream::iter(held.into_iter().flatten())
+        .map(|lock| client.release(lock))
+        .buffer_unordered(64)
+        .for_each(|_| async {})
+        .await;
+    per_lock
+}

@@ -46,7 +46,7 @@ pub struct Series<'a> {
     pub hist: &'a Histogram<u64>,
 }
 
-const COLORS: [RGBColor; 5] = [
+pub const COLORS: [RGBColor; 5] = [
     RGBColor(0x1f, 0x77, 0xb4), // blue: quorumlock
     RGBColor(0xd6, 0x27, 0x28), // red: rslock
     RGBColor(0x2c, 0xa0, 0x2c), // green: floor

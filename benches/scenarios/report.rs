@@ -5,14 +5,15 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use quorumlock::LockConfig;
-
 use crate::clients::Contender;
 use crate::machine::{loadavg, Machine};
 use crate::memory;
 use crate::options::Options;
+use crate::physical::Physical;
 use crate::scenarios::{Load, Nodes, Results, SCENARIOS};
 use crate::stats::{self, fmt_rate, fmt_us, Run, Summary};
+
+mod targets;
 
 /// Everything one run measured.
 pub struct Report<'a> {
@@ -20,17 +21,10 @@ pub struct Report<'a> {
     pub machine: &'a Machine,
     pub results: &'a Results,
     pub memory: Option<&'a memory::MemoryReport>,
+    /// The loopback round trips of this run, when measured.
+    pub physical: Option<&'a Physical>,
     pub micro: Vec<(String, f64)>,
     pub wall: Duration,
-}
-
-/// One target of the issue, evaluated.
-struct Target {
-    what: &'static str,
-    goal: &'static str,
-    value: Option<f64>,
-    met: Option<bool>,
-    shown: String,
 }
 
 impl Report<'_> {
@@ -47,156 +41,6 @@ impl Report<'_> {
             self.runs(id, theirs),
             metric,
         )
-    }
-
-    fn targets(&self) -> Vec<Target> {
-        let p50 = |run: &Run| run.quantile_us(0.5);
-        let p99 = |run: &Run| run.quantile_us(0.99);
-        let ops = |run: &Run| Some(run.ops_per_sec());
-        let at_most = |what, goal, value: Option<f64>, limit: f64| Target {
-            what,
-            goal,
-            value,
-            met: value.map(|v| v <= limit),
-            shown: value.map_or("–".to_owned(), |v| format!("{v:.2}x")),
-        };
-        let at_least = |what, goal, value: Option<f64>, limit: f64| Target {
-            what,
-            goal,
-            value,
-            met: value.map(|v| v >= limit),
-            shown: value.map_or("–".to_owned(), |v| format!("{v:.2}x")),
-        };
-        let ours = |id| Summary::of(self.runs(id, Contender::Quorumlock));
-        let s4_vs_s1 = match (ours("s4").p50_us, ours("s1").p50_us) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
-        };
-        let node_timeout = LockConfig::DEFAULT_NODE_TIMEOUT.as_secs_f64() * 1e6;
-        let s5 = ours("s5");
-        let s5_p99 = s5.p99_us.filter(|_| s5.completed() && s5.errors == 0);
-        vec![
-            at_most(
-                "1. p50 vs rslock",
-                "≤ 0.90x",
-                self.ratio("s1", Contender::Rslock, p50),
-                0.9,
-            ),
-            at_most(
-                "1. p50 vs floor",
-                "≤ 1.15x",
-                self.ratio("s1", Contender::Floor, p50),
-                1.15,
-            ),
-            at_least(
-                "2. ops/s vs rslock",
-                "≥ 1.3x",
-                self.ratio("s2", Contender::Rslock, ops),
-                1.3,
-            ),
-            at_least(
-                "3. ops/s vs rslock",
-                "≥ 10x",
-                self.ratio("s3", Contender::Rslock, ops),
-                10.0,
-            ),
-            Target {
-                what: "3. reference: 10x rslock's ops/s vs the no-lock ceiling",
-                goal: "≤ 1x, or 10x is unreachable",
-                value: self.ten_rslock_vs_ceiling(),
-                met: None,
-                shown: self
-                    .ten_rslock_vs_ceiling()
-                    .map_or("–".to_owned(), |v| format!("{v:.2}x")),
-            },
-            at_most(
-                "3. wait p99 vs rslock",
-                "≤ 0.10x",
-                self.ratio("s3", Contender::Rslock, p99),
-                0.1,
-            ),
-            // rslock's p99 swings between runs: most of its acquisitions are the releaser
-            // taking the lock straight back, so the starved waits can fall beyond the 99th
-            // percentile. The longest wait and the share of the least served client show
-            // the starvation itself.
-            Target {
-                what: "3. reference: longest wait vs rslock's",
-                goal: "(no target)",
-                value: self.ratio("s3", Contender::Rslock, |run: &Run| run.max_us()),
-                met: None,
-                shown: self
-                    .ratio("s3", Contender::Rslock, |run: &Run| run.max_us())
-                    .map_or("–".to_owned(), |v| format!("{v:.3}x")),
-            },
-            Target {
-                what: "3. reference: least / most served client, ours and rslock's",
-                goal: "(no target; 1 is fair)",
-                value: None,
-                met: None,
-                shown: self.fair_shares(),
-            },
-            at_most("4. p50 vs our scenario-1 p50", "≤ 1.3x", s4_vs_s1, 1.3),
-            Target {
-                what: "5. completes, p99 vs node timeout (50 ms)",
-                goal: "< 2x",
-                value: s5_p99,
-                met: s5_p99.map(|v| v < 2.0 * node_timeout),
-                shown: s5_p99.map_or("did not complete".to_owned(), |v| {
-                    format!("{} = {:.2}x", fmt_us(Some(v)), v / node_timeout)
-                }),
-            },
-            at_most(
-                "6. p50 vs floor (single node)",
-                "≤ 1.15x",
-                self.ratio("s6", Contender::Floor, p50),
-                1.15,
-            ),
-        ]
-    }
-
-    /// Scenario 3: ten times rslock's rate over the no-lock ceiling's, the median of the
-    /// per-repetition ratios (the runs of one repetition are back to back).
-    fn ten_rslock_vs_ceiling(&self) -> Option<f64> {
-        stats::paired_ratio(
-            self.runs("s3", Contender::Rslock),
-            self.runs("s3", Contender::NoLock),
-            |run| Some(run.ops_per_sec()),
-        )
-        .map(|ratio| 10.0 * ratio)
-    }
-
-    /// Scenario 3: the least served client's operations over the most served one's, the
-    /// median over the repetitions, for quorumlock and for rslock.
-    fn fair_shares(&self) -> String {
-        let share = |contender| {
-            stats::median(self.runs("s3", contender).iter().map(|run| {
-                let (least, most) = run.per_task;
-                (most > 0).then(|| least as f64 / most as f64)
-            }))
-            .map_or("–".to_owned(), |v| format!("{v:.2}"))
-        };
-        format!(
-            "{} and {}",
-            share(Contender::Quorumlock),
-            share(Contender::Rslock)
-        )
-    }
-
-    /// What the 10x target of scenario 3 asks, against the ceiling measured in this run.
-    fn ceiling_note(&self) -> Option<String> {
-        let ceiling = Summary::of(self.runs("s3", Contender::NoLock)).ops_per_sec?;
-        let rslock = Summary::of(self.runs("s3", Contender::Rslock)).ops_per_sec?;
-        let ratio = self.ten_rslock_vs_ceiling()?;
-        Some(format!(
-            "Scenario 3's ceiling, measured in this run: one client doing the same GET + SET \
-             on node 0 with no lock at all, {}. Ten times rslock's rate, 10 x {} = {}, is \
-             {ratio:.2}x that ceiling (median of per-repetition ratios): the 10x target is {} \
-             what the counter's two round trips allow without any lock.",
-            fmt_rate(Some(ceiling)),
-            fmt_rate(Some(rslock)),
-            fmt_rate(Some(10.0 * rslock)),
-            if ratio > 1.0 { "above" } else { "within" },
-        ))
     }
 
     /// The results as Markdown: the targets, the per-scenario table, memory and micro.
@@ -218,28 +62,7 @@ impl Report<'_> {
             loadavg()
         );
 
-        let _ = writeln!(
-            out,
-            "#### Targets (ratios quorumlock / peer, medians of per-repetition ratios)\n"
-        );
-        let _ = writeln!(out, "| scenario: metric | target | measured | met |");
-        let _ = writeln!(out, "|---|---|---|---|");
-        for target in self.targets() {
-            let met = match target.met {
-                Some(true) => "yes",
-                Some(false) => "**no**",
-                None => "n/a",
-            };
-            let _ = target.value;
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                target.what, target.goal, target.shown, met
-            );
-        }
-        if let Some(note) = self.ceiling_note() {
-            let _ = writeln!(out, "\n{note}");
-        }
+        self.write_targets(&mut out);
 
         let _ = writeln!(
             out,

@@ -1,4 +1,4 @@
-//! The six scenarios: which nodes each locks on, the load it puts on them, for how long,
+//! The scenarios: which nodes each locks on, the load it puts on them, for how long,
 //! and which contenders run it; and what every run of them must show.
 
 use std::collections::BTreeMap;
@@ -34,8 +34,9 @@ pub enum Load {
     /// `tasks` tasks, each acquiring and releasing a fresh resource in a loop.
     Cycles { tasks: usize },
     /// `tasks` clients contending for one lock, each doing a read-modify-write of a counter
-    /// under it (`Contender::NoLock`: one client, with no lock, the ceiling).
-    Contended { tasks: usize },
+    /// under it (`Contender::NoLock`: one client, with no lock, the ceiling); with `shared`,
+    /// `tasks` tasks sharing one client (one lock object, one process).
+    Contended { tasks: usize, shared: bool },
 }
 
 /// One scenario: its nodes and load, its measured window (before `--scale`), and its
@@ -71,7 +72,10 @@ pub const SCENARIOS: &[Scenario] = &[
         id: "s3",
         title: "3. 8 clients contending for one lock (counter RMW), 5 nodes",
         nodes: Nodes::All,
-        load: Load::Contended { tasks: 8 },
+        load: Load::Contended {
+            tasks: 8,
+            shared: false,
+        },
         window: Duration::from_millis(2_000),
         // No lock: the ceiling, one client doing the same GET + SET with no lock at all.
         // quorumlock-unfair: the same without the fair queue, waiters racing.
@@ -81,6 +85,18 @@ pub const SCENARIOS: &[Scenario] = &[
             Contender::QuorumlockUnfair,
             Contender::NoLock,
         ],
+    },
+    Scenario {
+        id: "s3b",
+        title: "3b. 8 tasks sharing one lock object (counter RMW), 5 nodes",
+        nodes: Nodes::All,
+        load: Load::Contended {
+            tasks: 8,
+            shared: true,
+        },
+        window: Duration::from_millis(2_000),
+        // rslock: the 8 tasks share one LockManager. No lock: the same ceiling as in 3.
+        contenders: &[Contender::Quorumlock, Contender::Rslock, Contender::NoLock],
     },
     Scenario {
         id: "s4",

@@ -226,7 +226,11 @@ async fn json_has_the_documented_fields_and_a_contended_run_leaves_no_key() {
     assert!(ms(&level["validity_lost"]["p50_ms"]) >= 52.0, "{level}");
     // Waiters wake on releases and try again: more than one round per acquisition.
     assert!(ms(&level["attempts_per_acquisition"]) > 1.0, "{level}");
-    assert_eq!(level["lock_rounds"]["acquired"], 200);
+    // Each cycle got the lock from the nodes or, passed by a task of the same process, with
+    // no round trip (cohorts).
+    let rounds = &level["lock_rounds"];
+    let got = rounds["acquired"].as_u64().unwrap() + rounds["passed"].as_u64().unwrap();
+    assert_eq!(got, 200, "{level}");
     let least = level["fairness"]["least_served"].as_u64().unwrap();
     let most = level["fairness"]["most_served"].as_u64().unwrap();
     assert!(least > 0 && least <= most && most < 200, "{level}");

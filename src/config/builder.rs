@@ -132,6 +132,22 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets how many times in a row a held lock may pass to a waiting task of this process
+    /// without a round trip to the nodes (0 turns cohorts off); see
+    /// [`LockConfig::cohort_passes`].
+    pub fn cohort_passes(mut self, passes: u32) -> Self {
+        self.config.cohort_passes = passes;
+        self
+    }
+
+    /// Sets how long after it was won on the nodes a lock may still pass from task to task
+    /// of this process (non-zero, at most [`LockConfig::MAX_COHORT_WINDOW`]); see
+    /// [`LockConfig::cohort_window`].
+    pub fn cohort_window(mut self, window: Duration) -> Self {
+        self.config.cohort_window = window;
+        self
+    }
+
     /// Validates the settings and returns the configuration.
     pub fn build(self) -> Result<LockConfig, ConfigError> {
         self.config.validate()?;

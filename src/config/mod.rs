@@ -4,6 +4,7 @@
 
 mod builder;
 mod deployment;
+mod cohort;
 mod rules;
 mod units;
 mod wait;
@@ -43,6 +44,8 @@ pub(crate) use self::units::{micros, millis};
 /// | [`fair`](Self::fair) | `true` | blocking acquires of a contended lock queue on the nodes and get it first come, first served |
 /// | [`fencing`](Self::fencing) | `false` | every acquisition mints a fencing token (two more rounds) |
 /// | [`fencing_on_volatile_nodes`](Self::fencing_on_volatile_nodes) | `false` | fencing is allowed on nodes that keep no append-only file |
+/// | [`cohort_passes`](Self::cohort_passes) | 32 | a release may pass the lock to a waiting task of this process this many times in a row, without a round trip (off with fencing) |
+/// | [`cohort_window`](Self::cohort_window) | 10 ms | ... and for this long after the lock was won on the nodes; then it goes back to the nodes |
 /// | [`acquire_timeout`](Self::acquire_timeout) | none | a deadline for every blocking `acquire`; required when the retries could outlast [`max_blocking_acquire`](Self::max_blocking_acquire) (1 hour, or 5 TTLs if longer) |
 ///
 /// # Bounded waits
@@ -118,6 +121,8 @@ pub struct LockConfig {
     acquire_timeout: Option<Duration>,
     /// The deployment settings: key layout, replica acknowledgements, Sentinel members.
     deployment: Deployment,
+    cohort_passes: u32,
+    cohort_window: Duration,
 }
 
 impl LockConfig {
@@ -318,6 +323,8 @@ impl Default for LockConfig {
             fencing_on_volatile_nodes: false,
             acquire_timeout: None,
             deployment: Deployment::default(),
+            cohort_passes: Self::DEFAULT_COHORT_PASSES,
+            cohort_window: Self::DEFAULT_COHORT_WINDOW,
         }
     }
 }

@@ -66,6 +66,7 @@ impl LockConfig {
                 });
             }
         }
+        self.validate_cohort()?;
         self.validate_wait()
     }
 

@@ -2,6 +2,7 @@
 //! process's waiters, its place in the nodes' queues, the announcements it wakes on, and how
 //! many wake-ups it lost.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -85,6 +86,9 @@ pub(crate) struct Waiter {
     releases: Option<ReleaseWatches>,
     /// Wake-ups this acquisition lost to another waiter; widens its spread.
     collisions: u32,
+    /// Set once it holds its turn, for a lock passed within the process to go to the
+    /// waiters that do not (see `cohort`).
+    contending: Option<Arc<AtomicBool>>,
 }
 
 impl Waiter {
@@ -92,15 +96,19 @@ impl Waiter {
     /// nobody of this process waiting for them tries first and takes a turn only once it
     /// has to wait, so an uncontended lock never touches the turns; one whose keys were
     /// found held moments ago expects to wait, and queues with its first attempt.
+    /// `contending`, if given, is set once it holds its turn.
     pub(crate) async fn new(
         hand_off: &Arc<HandOff>,
         config: &LockConfig,
         keys: &Keys,
         deadline: Option<Instant>,
+        contending: Option<Arc<AtomicBool>>,
     ) -> Result<Self, TurnTimedOut> {
         let queues = &hand_off.queues;
         let turn = if queues.has_waiters(keys) {
-            Some(turn_before(queues, keys, deadline).await?)
+            let turn = turn_before(queues, keys, deadline).await?;
+            mark(&contending);
+            Some(turn)
         } else {
             None
         };
@@ -119,6 +127,7 @@ impl Waiter {
             reservations: None,
             releases: None,
             collisions: 0,
+            contending,
         };
         if waiter.fair && queues.recently_contended(keys) {
             waiter.join_line().await;
@@ -148,6 +157,7 @@ impl Waiter {
         self.hand_off.queues.note_contended(&self.keys);
         if self.turn.is_none() {
             let turn = turn_before(&self.hand_off.queues, &self.keys, self.deadline).await?;
+            mark(&self.contending);
             self.turn = Some(turn);
         }
         if self.fair && self.queued.is_none() {
@@ -232,6 +242,13 @@ impl Waiter {
                 self.node_timeout,
             )),
         });
+    }
+}
+
+/// Sets the flag that the waiter holds its turn, if it has one.
+fn mark(contending: &Option<Arc<AtomicBool>>) {
+    if let Some(flag) = contending {
+        flag.store(true, Ordering::Release);
     }
 }
 

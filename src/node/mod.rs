@@ -175,7 +175,7 @@ impl<'n> dyn LockNode + 'n {
         token: &'a LockToken,
         ttl: Duration,
         interest: Duration,
-    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
         let request = NodeRequest::LockWatching {
             keys,
             token,
@@ -193,7 +193,7 @@ impl<'n> dyn LockNode + 'n {
         token: &'a LockToken,
         ttl: Duration,
         place: &'a QueuePlace,
-    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
         let request = NodeRequest::LockQueued {
             keys,
             token,
@@ -208,14 +208,12 @@ impl<'n> dyn LockNode + 'n {
         &'a self,
         keys: &'a [Arc<str>],
         waiter: &'a LockToken,
-    ) -> BoxFuture<'a, Result<(), NodeError>> {
+    ) -> impl Future<Output = Result<(), NodeError>> + Send + Unpin + 'a {
         let request = NodeRequest::LeaveQueue { keys, waiter };
-        self.call(request)
-            .map(move |reply| match reply? {
-                NodeReply::Done(_) | NodeReply::Unsupported => Ok(()),
-                other => Err(unexpected(request.what(), &other)),
-            })
-            .boxed()
+        self.call(request).map(move |reply| match reply? {
+            NodeReply::Done(_) | NodeReply::Unsupported => Ok(()),
+            other => Err(unexpected(request.what(), &other)),
+        })
     }
 
     /// [`NodeRequest::WatchReleases`]; `None` when the node cannot announce releases (or
@@ -254,19 +252,19 @@ impl<'n> dyn LockNode + 'n {
     }
 
     /// Sends the lock attempt `request` for `keys`; when unsupported, a plain
-    /// [`NodeRequest::Lock`] instead.
+    /// [`NodeRequest::Lock`] instead. Not boxed again: the node's own future is the one
+    /// allocation of the request.
     fn or_plain_lock<'a>(
         &'a self,
         request: NodeRequest<'a>,
         (keys, token, ttl): (&'a [Arc<str>], &'a LockToken, Duration),
-    ) -> BoxFuture<'a, Result<bool, NodeError>> {
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
         async move {
             match self.call(request).await? {
                 NodeReply::Unsupported => self.try_lock(keys, token, ttl).await,
                 reply => done(reply).map_err(|other| unexpected(request.what(), &other)),
             }
         }
-        .boxed()
     }
 
     /// Starts the watch `request`; `None` when the node does not give one.

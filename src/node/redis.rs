@@ -4,6 +4,7 @@
 mod commands;
 mod replicas;
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -288,10 +289,14 @@ impl RedisNode {
     /// Sends `command` and notes whether the node answered. Once sent, the command goes
     /// out even if this future is dropped (see [`Unawaited`]), while the node's patience
     /// lasts.
-    async fn query<T: redis::FromRedisValue>(&self, command: Cmd) -> redis::RedisResult<T> {
+    async fn query<T, C>(&self, command: C) -> redis::RedisResult<T>
+    where
+        T: redis::FromRedisValue,
+        C: Borrow<Cmd> + Send + 'static,
+    {
         let link = self.link.clone();
         let now = Instant::now();
-        let request: Request = Box::pin(async move { link.send(&command, now).await });
+        let request: Request = Box::pin(async move { link.send(command.borrow(), now).await });
         let result = self.await_request(request, now, Keep::WhilePatient).await;
         Ok(redis::from_redis_value(result?)?)
     }
@@ -319,10 +324,19 @@ impl RedisNode {
     /// Runs `command`, a call of `script`, and returns its reply, loading the script when
     /// the node lost it. For the lock scripts: a lock call dropped midway took nothing, and
     /// need not go on.
-    async fn run_script(&self, script: &CachedScript, command: &Cmd) -> redis::RedisResult<Value> {
+    async fn run_script(&self, script: &CachedScript, command: Cmd) -> redis::RedisResult<Value> {
+        // Shared by its sends rather than copied for each (a copy was two allocations and
+        // the whole command copied, per node per round); only the SCRIPT LOAD of a reload
+        // is copied.
+        let command = Arc::new(command);
         script
-            .invoke(command, Resend::AfterReload, |command| {
-                self.query::<Value>(command.clone())
+            .invoke(&command, Resend::AfterReload, |sent| {
+                let sent = if std::ptr::eq(sent, &*command) {
+                    Arc::clone(&command)
+                } else {
+                    Arc::new(sent.clone())
+                };
+                self.query::<Value, _>(sent)
             })
             .await
     }

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::rounds::{Answer, Command, Wait};
 use super::Coordinator;
+use crate::cohort::Seat;
 use crate::config::{micros, millis};
 use crate::error::{LockError, Tally};
 use crate::fencing;
@@ -241,25 +242,58 @@ impl Coordinator {
         result
     }
 
-    /// [`acquire`](Self::acquire), noting the resource and the attempts on `span`.
+    /// [`acquire`](Self::acquire), noting the resource and the attempts on `span`. With
+    /// cohorts on, it also waits in this process's line of the keys, where a task that
+    /// holds them may pass them on (see `cohort`): whichever comes first wins, and the
+    /// other is given up (a lock won on the nodes drops the seat, whose baton, if one came
+    /// meanwhile, goes to the next seat).
     async fn acquire_in(
         self: &Arc<Self>,
         resources: &[&str],
         deadline: Option<Instant>,
         span: &tracing::Span,
     ) -> Result<Arc<Lease>, LockError> {
-        let started = Instant::now();
         let resources = Resources::new(&self.config, resources)?;
         span.record("resource", resources.name.as_str());
+        if !self.config.cohorts() {
+            return self
+                .acquire_on_nodes(&resources, deadline, span, None)
+                .await;
+        }
+        let mut seat: Seat = self.cohorts().seat(&resources.keys);
+        let on_nodes = self.acquire_on_nodes(&resources, deadline, span, Some(seat.contending()));
+        tokio::select! {
+            biased;
+            baton = seat.passed() => Ok(baton.take()),
+            won = on_nodes => won,
+        }
+    }
+
+    /// The blocking acquire on the nodes: attempts, and waits between them as the waiter
+    /// says; `contending` is set once it holds this process's turn.
+    async fn acquire_on_nodes(
+        self: &Arc<Self>,
+        resources: &Resources,
+        deadline: Option<Instant>,
+        span: &tracing::Span,
+        contending: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) -> Result<Arc<Lease>, LockError> {
+        let started = Instant::now();
         let timed_out = |last: Option<LockError>| LockError::TimedOut {
             resource: resources.name.clone(),
             waited: started.elapsed(),
             last: last.map(Box::new),
         };
         // Its turn, place in line and wake-ups; its turn ends when it is dropped.
-        let mut waiter = Waiter::new(&self.hand_off, &self.config, &resources.keys, deadline)
-            .await
-            .map_err(|TurnTimedOut| timed_out(None))?;
+        let mut waiter = Waiter::new(
+            &self.hand_off,
+            &self.config,
+            &resources.keys,
+            deadline,
+            contending,
+        )
+        .await
+        .map_err(|TurnTimedOut| timed_out(None))?;
         let mut retries_left = self.config.retry_count();
         let mut last_error: Option<LockError> = None;
         let mut attempts: u64 = 0;
@@ -268,7 +302,7 @@ impl Coordinator {
             let attempt_started = Instant::now();
             attempts += 1;
             span.record("attempts", attempts);
-            let attempt = self.attempt(&resources, &asking);
+            let attempt = self.attempt(resources, &asking);
             let result = match deadline {
                 None => attempt.await,
                 Some(deadline) => tokio::time::timeout_at(deadline, attempt)

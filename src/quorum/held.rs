@@ -49,7 +49,7 @@ impl Coordinator {
         let mut answers = vec![None; self.nodes.len()];
         self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut answers)
             .await;
-        if let Some(unlocks) = &lease.unlocks {
+        if let Some(unlocks) = lease.unlocks() {
             for (index, answer) in answers.into_iter().enumerate() {
                 if let Some(answer) = answer {
                     unlocks.record(index, answer == Answer::Granted);
@@ -77,6 +77,14 @@ impl Coordinator {
     /// request, or the lease's end when the lock proved gone. Refused once the current
     /// deadline has passed, and failed if a quorum did not confirm before it.
     pub(crate) async fn refresh(&self, lease: &Lease) -> Result<Instant, LockError> {
+        if lease.was_passed() {
+            // Its keys, token and all, belong to the task it was passed to: nothing to
+            // record in this lease, which already ended.
+            return Err(LockError::NotHeld {
+                resource: lease.resource.clone(),
+                tally: self.empty_tally(),
+            });
+        }
         let started = Instant::now();
         let span = tracing::debug_span!(
             "quorumlock.refresh",
@@ -141,7 +149,7 @@ impl Coordinator {
     /// Whether a quorum still holds the lease's token and its deadline has not passed.
     pub(crate) async fn is_acquired(&self, lease: &Lease) -> Result<bool, LockError> {
         let deadline = lease.deadline();
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline || lease.was_passed() {
             return Ok(false);
         }
         let tally = self

@@ -27,6 +27,7 @@ mod stragglers;
 
 use std::sync::Arc;
 
+use crate::cohort::Cohorts;
 use crate::config::LockConfig;
 use crate::error::LockError;
 use crate::handoff::HandOff;
@@ -43,6 +44,8 @@ pub(crate) struct Coordinator {
     observed: Arc<Observed>,
     /// The turns, queue places and announcements of the blocking acquisitions.
     hand_off: Arc<HandOff>,
+    /// The lines of this process's waiters that a release may pass its lock to.
+    cohorts: Arc<Cohorts>,
     config: LockConfig,
     quorum: usize,
 }
@@ -85,6 +88,7 @@ impl Coordinator {
         let nodes: NodeSet = nodes.into();
         Ok(Coordinator {
             hand_off: Arc::new(HandOff::new(Arc::clone(&nodes), quorum)),
+            cohorts: Arc::default(),
             nodes,
             counters,
             observed,
@@ -147,6 +151,7 @@ impl Coordinator {
             counters: Arc::clone(&self.counters),
             observed: Arc::clone(&self.observed),
             hand_off: Arc::clone(&self.hand_off),
+            cohorts: Arc::clone(&self.cohorts),
             config,
             quorum: self.quorum,
         }
@@ -167,6 +172,11 @@ impl Coordinator {
     /// The counters every lock on these connections counts into.
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The lines of this process's waiters, shared by every lock on these connections.
+    pub(crate) fn cohorts(&self) -> &Arc<Cohorts> {
+        &self.cohorts
     }
 
     pub(crate) fn node_metrics(&self) -> Vec<NodeMetrics> {

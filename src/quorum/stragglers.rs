@@ -94,12 +94,12 @@ impl Coordinator {
                 leave(index).await;
                 continue;
             }
-            if lease.state().end.is_none() {
+            if !lease.keys_given_up() {
                 continue;
             }
             // The release's own unlock, sent after this SET on the same connection, deleted
             // the keys in the usual case; undo the SET only where it did not.
-            if let Some(unlocks) = &lease.unlocks {
+            if let Some(unlocks) = lease.unlocks() {
                 if unlocks.deleted_on(index, timeout).await {
                     continue;
                 }
@@ -145,7 +145,7 @@ pub(super) struct Stragglers {
 /// [`Coordinator::finish_stragglers`].
 pub(super) async fn record_unlocks(mut in_flight: InFlight, lease: Arc<Lease>) {
     while let Some((index, reply, _)) = in_flight.next().await {
-        if let Some(unlocks) = &lease.unlocks {
+        if let Some(unlocks) = lease.unlocks() {
             unlocks.record(index, matches!(reply, Ok(true)));
         }
     }

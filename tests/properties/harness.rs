@@ -45,8 +45,21 @@ where
     S: Strategy,
     S::Value: Debug + std::fmt::Display,
 {
+    check_cases(name, cases(), strategy, property);
+}
+
+/// [`check`] on `cases` schedules: for a property whose schedules cost many times the
+/// others', so that it runs a share of [`cases()`].
+pub fn check_cases<S>(
+    name: &str,
+    cases: u32,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), String>,
+) where
+    S: Strategy,
+    S::Value: Debug + std::fmt::Display,
+{
     let seed = seed();
-    let cases = cases();
     let path: &'static str =
         Box::leak(format!("tests/properties/regressions/{name}.txt").into_boxed_str());
     let config = Config {

@@ -88,6 +88,8 @@ pub struct Level {
 pub struct MetricsDelta {
     pub attempts: u64,
     pub acquired: u64,
+    /// Locks passed between the run's tasks without a round trip (cohorts).
+    pub passed: u64,
     pub contended: u64,
     pub no_quorum: u64,
     pub node_errors: u64,
@@ -100,6 +102,7 @@ impl MetricsDelta {
         MetricsDelta {
             attempts: after.attempts - before.attempts,
             acquired: after.acquired - before.acquired,
+            passed: after.passed - before.passed,
             contended: after.contended - before.contended,
             no_quorum: after.no_quorum - before.no_quorum,
             node_errors: after.node_errors - before.node_errors,

@@ -339,6 +339,7 @@ pub fn to_json(bench: &Bench, exit_code: u8) -> Value {
                 "lock_rounds": {
                     "attempts": level.metrics.attempts,
                     "acquired": level.metrics.acquired,
+                    "passed": level.metrics.passed,
                     "contended": level.metrics.contended,
                     "no_quorum": level.metrics.no_quorum,
                     "node_errors": level.metrics.node_errors,

@@ -42,7 +42,7 @@ impl LockNode for RedisNode {
                     read,
                 } => {
                     let reply = match resend {
-                        Resend::AfterReload => self.run_script(script, &command).await,
+                        Resend::AfterReload => self.run_script(script, command).await,
                         Resend::AlsoAfterReconnect => {
                             self.run_repeatable_script(script, command).await
                         }

@@ -1,0 +1,266 @@
+//! Cohorts: a held lock passes from task to task of this process without a round trip.
+//!
+//! When tasks of one process wait for a lock that a task of the same process holds, the
+//! holder's release hands the lock straight to the next of them (lock cohorting, Dice,
+//! Marathe and Shavit, PPoPP 2012): the keys stay on the nodes under the same token, and
+//! the waiter gets a new guard, with a lease of its own, at once. Nothing goes to the
+//! nodes, where a release, its announcement and the next claim cost three round trips.
+//!
+//! The waiters meet where the lock's connections do: [`Cohorts`] is shared by every lock on
+//! one set of node connections (clones, other configurations, factories), as the
+//! hand-off's turns are. A blocking acquisition takes a [`Seat`] in the line of its keys
+//! for as long as it waits; a release offers a [`Baton`] to the first seat that is not
+//! itself contending on the nodes (the head of the process's waiters, which keeps the
+//! process's place in the nodes' queue), or to that one when it waits alone.
+//!
+//! Bounded: a lock passes at most [`cohort_passes`](crate::LockConfig::cohort_passes)
+//! times in a row, within [`cohort_window`](crate::LockConfig::cohort_window) of being won
+//! on the nodes, and only while at least half its longest validity is left; then the
+//! release goes to the nodes, whose queue serves the other processes' waiters. With fencing
+//! on, no lock is passed: every holder mints its own token. The safety argument is in
+//! docs/design.md, "Cohorts".
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::lease::Lease;
+use crate::metrics::Counters;
+use crate::quorum::Coordinator;
+use crate::resource::Keys;
+
+/// The lines of this process's blocking acquisitions, per set of keys, that a release may
+/// pass its lock to.
+#[derive(Default)]
+pub(crate) struct Cohorts {
+    lines: Mutex<HashMap<Keys, VecDeque<Place>>>,
+    next_id: AtomicU64,
+}
+
+/// One waiting acquisition's place in a line: where a baton reaches it.
+struct Place {
+    id: u64,
+    /// Set while the acquisition holds the process's turn on the nodes (see
+    /// `handoff::turns`): passing to it would give up the process's place in the nodes'
+    /// queue, so it gets a pass only when nobody else waits.
+    contending: Arc<AtomicBool>,
+    baton: oneshot::Sender<Baton>,
+}
+
+impl Cohorts {
+    /// A seat in the line of `keys`, from now until it is dropped.
+    pub(crate) fn seat(self: &Arc<Self>, keys: &Keys) -> Seat {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let contending = Arc::new(AtomicBool::new(false));
+        let (baton, passed) = oneshot::channel();
+        let place = Place {
+            id,
+            contending: Arc::clone(&contending),
+            baton,
+        };
+        lock(&self.lines)
+            .entry(Arc::clone(keys))
+            .or_default()
+            .push_back(place);
+        Seat {
+            cohorts: Arc::clone(self),
+            keys: Arc::clone(keys),
+            id,
+            contending,
+            passed: Some(passed),
+        }
+    }
+
+    /// Gives `baton` to the first live place in the line of its keys that is not
+    /// contending on the nodes, else to the first live one; gives it back when nobody
+    /// waits.
+    fn offer(&self, mut baton: Baton) -> Result<(), Baton> {
+        loop {
+            let Some(place) = self.next_place(baton.keys()) else {
+                return Err(baton);
+            };
+            match place.baton.send(baton) {
+                Ok(()) => return Ok(()),
+                // Its acquisition ended meanwhile: the next one.
+                Err(returned) => baton = returned,
+            }
+        }
+    }
+
+    /// Takes the place the next pass goes to out of the line of `keys`.
+    fn next_place(&self, keys: &Keys) -> Option<Place> {
+        let mut lines = lock(&self.lines);
+        let line = lines.get_mut(keys)?;
+        line.retain(|place| !place.baton.is_closed());
+        let index = line
+            .iter()
+            .position(|place| !place.contending.load(Ordering::Acquire))
+            .unwrap_or(0);
+        let place = line.remove(index);
+        if line.is_empty() {
+            lines.remove(keys);
+        }
+        place
+    }
+
+    /// Takes the place `id` out of the line of `keys`, if it is still there.
+    fn leave(&self, keys: &Keys, id: u64) {
+        let mut lines = lock(&self.lines);
+        if let Some(line) = lines.get_mut(keys) {
+            line.retain(|place| place.id != id);
+            if line.is_empty() {
+                lines.remove(keys);
+            }
+        }
+    }
+}
+
+/// A blocking acquisition's seat in the line of its keys. Dropped (the acquisition won on
+/// the nodes, gave up, or its future was dropped), it leaves the line, and a baton that
+/// reached it meanwhile goes on to the next seat, or to the nodes.
+pub(crate) struct Seat {
+    cohorts: Arc<Cohorts>,
+    keys: Keys,
+    id: u64,
+    contending: Arc<AtomicBool>,
+    passed: Option<oneshot::Receiver<Baton>>,
+}
+
+impl Seat {
+    /// The flag the acquisition's waiter sets while it holds the process's turn on the
+    /// nodes.
+    pub(crate) fn contending(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.contending)
+    }
+
+    /// Waits for a lock passed to this seat.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future loses nothing: a baton sent meanwhile waits in the seat.
+    pub(crate) async fn passed(&mut self) -> Baton {
+        match self.passed.as_mut() {
+            Some(passed) => match passed.await {
+                Ok(baton) => {
+                    self.passed = None;
+                    baton
+                }
+                // The place was taken out of the line without a baton: none will come.
+                Err(_) => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        // Out of the line first, and the line's lock released, before a baton that
+        // reached this seat is dropped: its drop offers it to the line again.
+        self.cohorts.leave(&self.keys, self.id);
+        drop(self.passed.take());
+    }
+}
+
+/// A held lock on its way from one task to the next: the passer's lease, ended as passed,
+/// and the coordinator that granted it. Taken, it becomes the receiver's lease; dropped
+/// untaken (its receiver gave up meanwhile), it goes to the next seat, or to the nodes.
+pub(crate) struct Baton {
+    coordinator: Arc<Coordinator>,
+    lease: Option<Arc<Lease>>,
+}
+
+impl Baton {
+    fn keys(&self) -> &Keys {
+        let lease = self
+            .lease
+            .as_ref()
+            .expect("a baton holds its lease until taken");
+        &lease.keys
+    }
+
+    /// The receiver's lease: the same keys and token, one pass further in the run, with
+    /// its own state and lost signal.
+    pub(crate) fn take(mut self) -> Arc<Lease> {
+        let passed = self.lease.take().expect("a baton is taken once");
+        let lease = Arc::new(passed.successor());
+        Counters::bump(&self.coordinator.counters().passed);
+        tracing::debug!(
+            resource = %lease.resource,
+            passes = lease.run.passes,
+            "lock passed within the process"
+        );
+        lease
+    }
+}
+
+impl Drop for Baton {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            if let Err(lease) = self.coordinator.pass_on(lease) {
+                lease.end(crate::error::LeaseEnd::Released);
+                self.coordinator.release_in_background(lease);
+            }
+        }
+    }
+}
+
+impl Coordinator {
+    /// Passes the lock of `lease` to a blocking acquisition of the same keys waiting in
+    /// this process, when the cohort's bounds allow it; the lease then ends as passed, and
+    /// its holder holds nothing. Returns whether it did: if not, the caller releases it on
+    /// the nodes.
+    pub(crate) fn pass_to_waiter(self: &Arc<Self>, lease: &Arc<Lease>) -> bool {
+        match self.pass_on(Arc::clone(lease)) {
+            Ok(()) => {
+                lease.end_passed();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Offers `lease` to the line of its keys, if the bounds allow a pass; gives it back
+    /// when they do not, or nobody waits.
+    fn pass_on(self: &Arc<Self>, lease: Arc<Lease>) -> Result<(), Arc<Lease>> {
+        if !self.may_pass(&lease) {
+            return Err(lease);
+        }
+        let baton = Baton {
+            coordinator: Arc::clone(self),
+            lease: Some(lease),
+        };
+        self.cohorts()
+            .offer(baton)
+            .map_err(|mut baton| baton.lease.take().expect("a baton offered holds its lease"))
+    }
+
+    /// Whether `lease` may pass once more: cohorts on, fewer passes than the bound, within
+    /// the window since it was won on the nodes, its keys not given up, and at least half
+    /// the longest validity left for the next holder.
+    fn may_pass(&self, lease: &Lease) -> bool {
+        let config = self.config();
+        if !config.cohorts() || lease.run.passes >= config.cohort_passes() {
+            return false;
+        }
+        let now = Instant::now();
+        let in_window = lease
+            .run
+            .started
+            .checked_add(config.cohort_window())
+            .is_some_and(|closes| now < closes);
+        in_window
+            && !lease.keys_given_up()
+            && lease.deadline().saturating_duration_since(now) >= config.min_pass_validity()
+    }
+}
+
+/// Locks the lines, recovering them from a poisoned mutex (they stay consistent).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
