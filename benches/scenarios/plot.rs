@@ -154,16 +154,24 @@ pub fn latency_plot(
                 PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
             });
     }
+    finish(&mut chart, &root, SeriesLabelPosition::LowerRight).map_err(|e| draw(&e))
+}
+
+/// Draws the legend of `chart` at `position`, and writes the picture of `root`.
+pub fn finish<'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    root: &DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .label_font(("sans-serif", 16))
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| draw(&e))?;
-    root.present().map_err(|e| draw(&e))?;
-    Ok(())
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
 }
 
 /// Draws each scenario's latency distributions, one PNG per scenario, into `dir`.

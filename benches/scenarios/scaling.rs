@@ -380,14 +380,5 @@ fn line_plot(
                 PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 16))
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| draw(&e))?;
-    root.present().map_err(|e| draw(&e))?;
-    Ok(())
+    crate::plot::finish(&mut chart, &root, SeriesLabelPosition::UpperRight).map_err(|e| draw(&e))
 }
