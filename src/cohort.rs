@@ -23,6 +23,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -32,13 +33,22 @@ use crate::metrics::Counters;
 use crate::quorum::Coordinator;
 use crate::resource::Keys;
 
-/// The lines of this process's blocking acquisitions, per set of keys, that a release may
-/// pass its lock to.
+/// The lines of this process's blocking acquisitions, per set of keys and TTL, that a
+/// release may pass its lock to.
 #[derive(Default)]
 pub(crate) struct Cohorts {
-    lines: Mutex<HashMap<Keys, VecDeque<Place>>>,
+    lines: Mutex<HashMap<Line, VecDeque<Place>>>,
     next_id: AtomicU64,
 }
+
+/// Which waiters a lock may pass to: those of the same keys whose locks have the same TTL.
+///
+/// The TTL is part of it because a passer's extension may still be on its way when it
+/// passes (its watchdog is stopped, but a request already sent is delivered): landing
+/// after the receiver's own extension, it sets the keys' expiry to the passer's TTL from
+/// then. With equal TTLs that only lengthens the expiry the receiver counts on; with a
+/// shorter one it could end before the receiver's deadline.
+type Line = (Keys, Duration);
 
 /// One waiting acquisition's place in a line: where a baton reaches it.
 struct Place {
@@ -51,8 +61,8 @@ struct Place {
 }
 
 impl Cohorts {
-    /// A seat in the line of `keys`, from now until it is dropped.
-    pub(crate) fn seat(self: &Arc<Self>, keys: &Keys) -> Seat {
+    /// A seat in the line of `keys` for a lock of `ttl`, from now until it is dropped.
+    pub(crate) fn seat(self: &Arc<Self>, keys: &Keys, ttl: Duration) -> Seat {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let contending = Arc::new(AtomicBool::new(false));
         let (baton, passed) = oneshot::channel();
@@ -61,13 +71,14 @@ impl Cohorts {
             contending: Arc::clone(&contending),
             baton,
         };
+        let line = (Arc::clone(keys), ttl);
         lock(&self.lines)
-            .entry(Arc::clone(keys))
+            .entry(line.clone())
             .or_default()
             .push_back(place);
         Seat {
             cohorts: Arc::clone(self),
-            keys: Arc::clone(keys),
+            line,
             id,
             contending,
             passed: Some(passed),
@@ -79,7 +90,7 @@ impl Cohorts {
     /// waits.
     fn offer(&self, mut baton: Baton) -> Result<(), Baton> {
         loop {
-            let Some(place) = self.next_place(baton.keys()) else {
+            let Some(place) = self.next_place(&baton.line()) else {
                 return Err(baton);
             };
             match place.baton.send(baton) {
@@ -90,10 +101,10 @@ impl Cohorts {
         }
     }
 
-    /// Takes the place the next pass goes to out of the line of `keys`.
-    fn next_place(&self, keys: &Keys) -> Option<Place> {
+    /// Takes the place the next pass goes to out of line `key`.
+    fn next_place(&self, key: &Line) -> Option<Place> {
         let mut lines = lock(&self.lines);
-        let line = lines.get_mut(keys)?;
+        let line = lines.get_mut(key)?;
         line.retain(|place| !place.baton.is_closed());
         let index = line
             .iter()
@@ -101,18 +112,18 @@ impl Cohorts {
             .unwrap_or(0);
         let place = line.remove(index);
         if line.is_empty() {
-            lines.remove(keys);
+            lines.remove(key);
         }
         place
     }
 
-    /// Takes the place `id` out of the line of `keys`, if it is still there.
-    fn leave(&self, keys: &Keys, id: u64) {
+    /// Takes the place `id` out of line `key`, if it is still there.
+    fn leave(&self, key: &Line, id: u64) {
         let mut lines = lock(&self.lines);
-        if let Some(line) = lines.get_mut(keys) {
+        if let Some(line) = lines.get_mut(key) {
             line.retain(|place| place.id != id);
             if line.is_empty() {
-                lines.remove(keys);
+                lines.remove(key);
             }
         }
     }
@@ -123,7 +134,7 @@ impl Cohorts {
 /// reached it meanwhile goes on to the next seat, or to the nodes.
 pub(crate) struct Seat {
     cohorts: Arc<Cohorts>,
-    keys: Keys,
+    line: Line,
     id: u64,
     contending: Arc<AtomicBool>,
     passed: Option<oneshot::Receiver<Baton>>,
@@ -160,7 +171,7 @@ impl Drop for Seat {
     fn drop(&mut self) {
         // Out of the line first, and the line's lock released, before a baton that
         // reached this seat is dropped: its drop offers it to the line again.
-        self.cohorts.leave(&self.keys, self.id);
+        self.cohorts.leave(&self.line, self.id);
         drop(self.passed.take());
     }
 }
@@ -174,12 +185,13 @@ pub(crate) struct Baton {
 }
 
 impl Baton {
-    fn keys(&self) -> &Keys {
+    /// The line it may go to: its keys', among the waiters with its coordinator's TTL.
+    fn line(&self) -> Line {
         let lease = self
             .lease
             .as_ref()
             .expect("a baton holds its lease until taken");
-        &lease.keys
+        (Arc::clone(&lease.keys), self.coordinator.config().ttl())
     }
 
     /// The receiver's lease: the same keys and token, one pass further in the run, with

@@ -280,3 +280,32 @@ async fn fencing_turns_cohorts_off() {
     contend(&lock, &counter, "fenced", 3, 5, Duration::ZERO).await;
     assert_eq!(lock.metrics().passed, 0);
 }
+
+#[tokio::test]
+async fn a_lock_passes_only_to_waiters_of_its_ttl() {
+    // A passer's extension may still be in flight when it passes; landing after the
+    // receiver's own, it would set the passer's TTL. A shorter one could end the keys
+    // before the receiver's deadline, so a lock never passes across TTLs.
+    let cluster = cluster(3).await;
+    let short = redlock(&cluster, cohort(32, Duration::from_secs(1))).await;
+    let long = short.with_config(
+        cohort(32, Duration::from_secs(1))
+            .to_builder()
+            .ttl(TTL * 2)
+            .build()
+            .unwrap(),
+    );
+    let guard = short.try_acquire("ttls").await.unwrap();
+    let waiter = tokio::spawn({
+        let long = long.clone();
+        async move { long.acquire("ttls").await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = short.metrics().passed + long.metrics().passed;
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(TTL, waiter).await.unwrap().unwrap();
+    let passed = short.metrics().passed + long.metrics().passed - before;
+    assert_eq!(passed, 0, "passed to a waiter of another TTL");
+    next.release().await.unwrap();
+    no_keys_left(&cluster, Duration::from_secs(2)).await;
+}

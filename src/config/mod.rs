@@ -3,8 +3,8 @@
 //! [`LockConfigBuilder`] builds one, and the rules each must pass are in `rules`.
 
 mod builder;
-mod deployment;
 mod cohort;
+mod deployment;
 mod rules;
 mod units;
 mod wait;

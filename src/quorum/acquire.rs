@@ -260,7 +260,7 @@ impl Coordinator {
                 .acquire_on_nodes(&resources, deadline, span, None)
                 .await;
         }
-        let mut seat: Seat = self.cohorts().seat(&resources.keys);
+        let mut seat: Seat = self.cohorts().seat(&resources.keys, self.config.ttl());
         let on_nodes = self.acquire_on_nodes(&resources, deadline, span, Some(seat.contending()));
         tokio::select! {
             biased;
