@@ -23,8 +23,14 @@
 
 #[path = "properties/checks.rs"]
 mod checks;
+#[path = "properties/fair.rs"]
+mod fair;
 #[path = "properties/harness.rs"]
 mod harness;
+#[path = "properties/mutations.rs"]
+mod mutations;
+#[path = "properties/queue_checks.rs"]
+mod queue_checks;
 #[path = "properties/runner.rs"]
 mod runner;
 #[path = "properties/schedule.rs"]
@@ -599,6 +605,7 @@ fn generators_reach_the_interesting_cases() {
                     runner::AttemptResult::Failed(LockError::NoQuorum { .. }) => count("no quorum"),
                     runner::AttemptResult::Failed(_) => count("other failure"),
                     runner::AttemptResult::Cancelled => count("cancelled"),
+                    runner::AttemptResult::Died => count("died"),
                 }
                 if checks::tries(&trace, attempt).len() > 1 {
                     count("retried");
@@ -684,6 +691,7 @@ fn exact_node() -> NodeSetup {
         rate: 1.0,
         request_delay_ms: 0,
         reply_delay_ms: 0,
+        connect_delay_ms: 0,
     }
 }
 
@@ -701,6 +709,7 @@ fn session() -> Session {
         resource: 0,
         blocking: false,
         cancel_after_ms: None,
+        dies: false,
         holds: vec![],
         end: End::Release,
     }
@@ -783,6 +792,7 @@ fn fingerprint(trace: &Trace) -> String {
             ),
             runner::AttemptResult::Failed(error) => format!("failed: {error}"),
             runner::AttemptResult::Cancelled => "cancelled".to_owned(),
+            runner::AttemptResult::Died => "died".to_owned(),
         };
         for event in &attempt.events {
             let _ = match event {

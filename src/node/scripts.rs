@@ -44,8 +44,9 @@ pub(crate) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
 pub(crate) const WATCHED_PREFIX: &str = "quorumlock:watched:";
 
 /// One of the Lua scripts a node runs, by name: its text ([`source`](Self::source)) and the
-/// keys it takes after the lock keys ([`KeyLayout`]), which together with the arguments
-/// that [`wire`](super::wire) gives each request are everything a node sends. A script
+/// keys it takes after the lock keys (its key layout), which together with the arguments
+/// that the crate's one request-to-command mapping (`node::wire`) gives each request are
+/// everything a node sends. A script
 /// added here (a variant, its source, its layout, and its place in [`ALL`](Self::ALL)) is
 /// cached, sent and reloaded by every node, real or simulated, with no other change.
 // Public as `quorumlock::sim::NodeScript` (feature `test-util`), crate-internal otherwise.

@@ -99,16 +99,7 @@ pub(crate) fn wire_announcing<'a>(
 ) -> Result<Wire<'a>, NodeError> {
     let announce = !channel.is_empty();
     let repeatable = |name, keys: &[Arc<str>], args: &[&str], read| {
-        if keys.is_empty() {
-            return Err(no_keys());
-        }
-        let script = scripts.get(name);
-        Ok(Wire::Script {
-            script,
-            command: ScriptCall::new(script, keys, args).command(),
-            resend: Resend::AlsoAfterReconnect,
-            read,
-        })
+        script_call(scripts, name, keys, args, Resend::AlsoAfterReconnect, read)
     };
     Ok(match request {
         NodeRequest::Lock { keys, token, ttl } => lock(scripts, keys, token, ttl)?,
@@ -248,6 +239,18 @@ fn lock_script<'a>(
     keys: &[Arc<str>],
     args: &[&str],
 ) -> Result<Wire<'a>, NodeError> {
+    script_call(scripts, name, keys, args, Resend::AfterReload, Read::Flag)
+}
+
+/// A call of the script `name` on `keys` with `args`.
+fn script_call<'a>(
+    scripts: &'a NodeScripts,
+    name: NodeScript,
+    keys: &[Arc<str>],
+    args: &[&str],
+    resend: Resend,
+    read: Read,
+) -> Result<Wire<'a>, NodeError> {
     if keys.is_empty() {
         return Err(no_keys());
     }
@@ -255,8 +258,8 @@ fn lock_script<'a>(
     Ok(Wire::Script {
         script,
         command: ScriptCall::new(script, keys, args).command(),
-        resend: Resend::AfterReload,
-        read: Read::Flag,
+        resend,
+        read,
     })
 }
 

@@ -42,7 +42,7 @@ enum Delivery {
     Failed(RedisError),
     Dropped,
     Answered {
-        reply: ServerReply,
+        reply: Value,
         generation: u64,
         reply_delay: Duration,
         lose_reply: bool,
@@ -75,17 +75,23 @@ impl SimNode {
             counters: matches!(op, Op::ReadCounter | Op::RaiseCounter { .. }),
         };
         let index = self.open_record(op, keys, token, waiter);
+        let broken_reloads = self.lock().broken_reloads;
         let reply = match script {
             None => self.send(index, &command, sending).await,
-            Some(script) if resend == Resend::AfterReload => {
-                run_script(self.clone(), script, command, resend, index, sending).await
-            }
-            // Safe to repeat, and leaves state behind if it never arrives: driven to its end
-            // whether or not the caller still waits, as a Redis node does.
             Some(script) => {
-                let run = run_script(self.clone(), script, command, resend, index, sending);
+                let run = run_script(
+                    self.clone(),
+                    script,
+                    command,
+                    resend,
+                    index,
+                    sending,
+                    broken_reloads,
+                );
                 match tokio::runtime::Handle::try_current() {
-                    Ok(runtime) => {
+                    // Safe to repeat, and leaves state behind if it never arrives: driven to
+                    // its end whether or not the caller still waits, as a Redis node does.
+                    Ok(runtime) if resend == Resend::AlsoAfterReconnect => {
                         let (sender, receiver) = oneshot::channel();
                         drop(runtime.spawn(async move {
                             let _ = sender.send(run.await);
@@ -96,7 +102,7 @@ impl SimNode {
                             Err(_) => std::future::pending().await,
                         }
                     }
-                    Err(_) => run.await,
+                    _ => run.await,
                 }
             }
         };
@@ -129,13 +135,6 @@ impl SimNode {
     /// Sends one command of the request logged at `index` over this handle's connection,
     /// and answers as the node's faults dictate.
     async fn send(&self, index: usize, command: &Cmd, sending: Sending) -> RedisResult<Value> {
-        let args: Vec<Vec<u8>> = command
-            .args_iter()
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => bytes.to_vec(),
-                _ => Vec::new(),
-            })
-            .collect();
         let sent_at = Instant::now();
         let arrival = {
             let mut state = self.lock();
@@ -175,9 +174,10 @@ impl SimNode {
         };
 
         let delivery = if arrival <= sent_at {
-            self.deliver(index, &args, &sending)
+            self.deliver(index, command, &sending)
         } else {
-            self.deliver_later(index, args, sending, arrival).await
+            self.deliver_later(index, command.clone(), sending, arrival)
+                .await
         };
 
         match delivery {
@@ -223,7 +223,7 @@ impl SimNode {
                 if reset {
                     Err(self::reset())
                 } else {
-                    reply.to_value().extract_error()
+                    reply.extract_error()
                 }
             }
         }
@@ -234,7 +234,7 @@ impl SimNode {
     async fn deliver_later(
         &self,
         index: usize,
-        args: Vec<Vec<u8>>,
+        command: Cmd,
         sending: Sending,
         arrival: Instant,
     ) -> Delivery {
@@ -247,7 +247,7 @@ impl SimNode {
         let node = self.clone();
         drop(runtime.spawn(async move {
             tokio::time::sleep_until(arrival).await;
-            let delivery = node.deliver(index, &args, &sending);
+            let delivery = node.deliver(index, &command, &sending);
             // The caller may have stopped waiting; the command landed all the same.
             let _ = sender.send(delivery);
         }));
@@ -260,7 +260,15 @@ impl SimNode {
 
     /// The command reaches the node now: runs it unless a fault says otherwise, and logs
     /// what happened.
-    fn deliver(&self, index: usize, args: &[Vec<u8>], sending: &Sending) -> Delivery {
+    fn deliver(&self, index: usize, command: &Cmd, sending: &Sending) -> Delivery {
+        let args: Vec<&[u8]> = command
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes,
+                _ => &[],
+            })
+            .collect();
+        let args = args.as_slice();
         let at = Instant::now();
         let mut state = self.lock();
         let state = &mut *state;
@@ -276,7 +284,7 @@ impl SimNode {
         let lose_reply = state.apply_but_lose_reply;
         let reply = match sending {
             Sending::Load => {
-                let reply = state.server.execute(node_time, args);
+                let reply = state.server.execute(node_time, args).to_value();
                 if let Some(record) = state.log.get_mut(index) {
                     record.script_loads += 1;
                 }
@@ -296,18 +304,21 @@ impl SimNode {
                 // Nobody subscribes to a simulated node.
                 drop(state.server.keyspace_mut().take_published());
                 let (after, counters_after) = snapshot(&state.server, keys, *counters, node_time);
+                let value = reply.to_value();
                 let outcome = match &reply {
                     ServerReply::Error(message) => Outcome::Failed {
                         at,
                         error: NodeError::Redis(message.clone()),
                     },
-                    answer => {
-                        let (result, count) = match read.reply(answer.to_value()) {
+                    _ => {
+                        let (result, count) = match read.reply(value.clone()) {
                             Ok(NodeReply::Done(done)) => (done, None),
                             Ok(NodeReply::Counter(count)) => (true, Some(count)),
                             _ => (true, None),
                         };
+                        state.applied += 1;
                         Outcome::Applied(Applied {
+                            seq: state.applied,
                             at,
                             node_time,
                             result,
@@ -325,7 +336,7 @@ impl SimNode {
                     }
                 };
                 set_outcome(&mut state.log, index, outcome);
-                reply
+                value
             }
         };
         Delivery::Answered {
@@ -339,7 +350,10 @@ impl SimNode {
 
 /// Runs a script call through the client code of a Redis node: `NOSCRIPT` loads the
 /// script and sends the call again; with [`Resend::AlsoAfterReconnect`], a broken
-/// connection sends it once more.
+/// connection sends it once more. With `broken_reloads` (the deliberate defect of
+/// [`SimNode::break_script_reloads`]) the load fails without being sent, so the call ends
+/// with the `NOSCRIPT` it met.
+#[allow(clippy::too_many_arguments)]
 async fn run_script(
     node: SimNode,
     script: Arc<CachedScript>,
@@ -347,6 +361,7 @@ async fn run_script(
     resend: Resend,
     index: usize,
     sending: Sending,
+    broken_reloads: bool,
 ) -> RedisResult<Value> {
     script
         .invoke(&command, resend, |command| {
@@ -357,7 +372,15 @@ async fn run_script(
             let sending = if load { Sending::Load } else { sending.clone() };
             let node = node.clone();
             let command = command.clone();
-            async move { node.send(index, &command, sending).await }
+            async move {
+                if load && broken_reloads {
+                    return Err(RedisError::from((
+                        redis::ErrorKind::Client,
+                        "the script reload is broken on purpose",
+                    )));
+                }
+                node.send(index, &command, sending).await
+            }
         })
         .await
 }
@@ -386,12 +409,13 @@ fn describe<'a>(
             token,
             ttl,
             place,
-        } => (
-            Op::LockQueued { ttl },
-            keys,
-            Some(token),
-            Some(&place.waiter),
-        ),
+        } => {
+            let op = Op::LockQueued {
+                ttl,
+                lifetime: place.lifetime,
+            };
+            (op, keys, Some(token), Some(&place.waiter))
+        }
         NodeRequest::LeaveQueue { keys, waiter } => (Op::LeaveQueue, keys, None, Some(waiter)),
         NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
             unreachable!("a watch sends no command")

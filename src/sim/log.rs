@@ -69,6 +69,9 @@ pub enum Op {
     LockQueued {
         /// The TTL asked for.
         ttl: Duration,
+        /// How long the waiter's place lasts from this attempt
+        /// ([`QueuePlace::lifetime`](crate::node::QueuePlace::lifetime)).
+        lifetime: Duration,
     },
     /// [`NodeRequest::LeaveQueue`](crate::node::NodeRequest::LeaveQueue): a waiter
     /// ([`OpRecord::waiter`]) leaves the keys' queues.
@@ -136,6 +139,9 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Applied {
+    /// Its place among the commands the node ran: later commands have higher numbers
+    /// (several can run at one instant of a virtual clock).
+    pub seq: u64,
     /// When it ran, on tokio's clock.
     pub at: Instant,
     /// When it ran, on the node's clock.

@@ -1,9 +1,11 @@
 //! An in-memory, simulated lock backend for tests (feature `test-util`): no Redis needed.
 //!
 //! [`SimNode`] is a lock node kept in memory. It implements
-//! [`LockNode`](crate::node::LockNode) with the semantics of the Redis commands the locks
-//! send, keeps its TTLs on a clock of its own, and can be made to misbehave: its clock can
-//! run fast or slow or jump, it can crash and restart with or without its data, and it can
+//! [`LockNode`](crate::node::LockNode) by running what a Redis node sends: the same
+//! commands and the very Lua scripts, with the same KEYS and ARGV, on a [`ScriptHost`] (an
+//! embedded Lua 5.1 over an in-memory keyspace) whose TTLs run on a clock of its own. It
+//! can be made to misbehave: its clock can run fast or slow or jump, it can crash and
+//! restart with or without its data, forget its scripts, be slow to connect to, and it can
 //! delay or lose replies, or apply a request and lose the reply. Its log records every
 //! request with what the node did. [`SimCluster`] builds N of them and the
 //! [`Redlock`](crate::Redlock)s over them.
@@ -62,10 +64,11 @@
 //!     let held = other.try_acquire("nightly").await?;
 //!     assert!(!run_nightly(&ours, &mut runs).await?);
 //!
-//!     // Its holder vanished without releasing: the lock frees itself after the TTL,
-//!     // 30 virtual seconds that take no real time.
+//!     // Its holder vanished without releasing: the lock frees itself after the TTL (and
+//!     // the millisecond Redis keeps a key past it), 30 virtual seconds that take no real
+//!     // time.
 //!     std::mem::forget(held);
-//!     tokio::time::sleep(Duration::from_secs(30)).await;
+//!     tokio::time::sleep(Duration::from_millis(30_001)).await;
 //!     assert!(run_nightly(&ours, &mut runs).await?);
 //!
 //!     // One node of three down: still runs. Two down: a clear error naming the nodes.
@@ -88,14 +91,16 @@
 //!
 //! # What is simulated, and what is not
 //!
-//! Simulated: key expiry on each node's own clock (rate and jumps), commands atomic over
-//! all the keys of a request, fencing counters (never expiring, lost with the data),
-//! crashes and restarts with or without persistence, flushes and evictions, request and
-//! reply delays (requests
-//! on one node stay in order), lost requests, applied requests with lost replies, and
-//! connection resets of replies in flight across a crash. Not simulated: Redis's
-//! millisecond rounding of TTLs, memory limits, replication, and the client's own clock,
-//! which is tokio's clock for every lock in the runtime.
+//! Simulated: the node scripts themselves (the lock, the fair queue and its reservations,
+//! extension, release, fencing counters), key expiry in whole milliseconds on each node's
+//! own clock (rate and jumps), the script cache (`EVALSHA`, `NOSCRIPT` and the client's
+//! reload, lost on restart or `SCRIPT FLUSH`), one connection per client (its requests in
+//! order, made on first use and after each crash, optionally slowly), crashes and restarts
+//! with or without persistence, flushes and evictions, request and reply delays, lost
+//! requests, applied requests with lost replies, and connection resets of replies in
+//! flight across a crash. Not simulated: release announcements (nobody subscribes; waiters
+//! retry on their delay), memory limits, replication, and the client's own clock, which is
+//! tokio's clock for every lock in the runtime.
 //!
 //! The crate's property tests (`tests/properties.rs`, described in
 //! `docs/testing-properties.md`) run the Redlock coordinator on these nodes over thousands

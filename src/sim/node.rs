@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::clock::NodeClock;
 use super::log::{OpRecord, Stored};
-use super::server::{Data, ScriptHost};
+use super::server::{Data, NodeScript, ScriptHost};
 use crate::error::NodeError;
 use crate::node::scripts::NodeScripts;
 use crate::node::{LockNode, NodeReply, NodeRequest};
@@ -121,6 +121,10 @@ pub(super) struct State {
     pub(super) connect_delay: Duration,
     pub(super) lose_replies: bool,
     pub(super) apply_but_lose_reply: bool,
+    /// The clients send each script call once, without the `NOSCRIPT` reload.
+    pub(super) broken_reloads: bool,
+    /// How many commands of requests the node ran.
+    pub(super) applied: u64,
     pub(super) log: Vec<OpRecord>,
 }
 
@@ -168,6 +172,8 @@ impl SimNode {
                 connect_delay: Duration::ZERO,
                 lose_replies: false,
                 apply_but_lose_reply: false,
+                broken_reloads: false,
+                applied: 0,
                 log: Vec::new(),
             })),
             connection: Connection::new(),
@@ -329,6 +335,24 @@ impl SimNode {
     /// While on, requests reaching the node are applied, but their replies never come.
     pub fn apply_but_lose_reply(&self, lose: bool) {
         self.lock().apply_but_lose_reply = lose;
+    }
+
+    // --- deliberate defects, to show that a check can fail ---
+
+    /// Makes this node run `source` wherever the clients call the node script `name`
+    /// (by `EVAL` of its text or `EVALSHA` of its hash), for example a copy of the script
+    /// with one deliberate change, to show that a property catches that change. The
+    /// node's script cache and the clients' `NOSCRIPT` handling are unchanged.
+    pub fn substitute_script(&self, name: NodeScript, source: &str) {
+        self.lock().server.substitute(name.sha1(), source);
+    }
+
+    /// While on, the clients of this node take a `NOSCRIPT` answer as the request's
+    /// failure (their script load fails), instead of loading the script and sending the
+    /// call again as a Redis node does: a deliberate defect of the client, to show that a
+    /// property notices requests lost to a flushed script cache.
+    pub fn break_script_reloads(&self, broken: bool) {
+        self.lock().broken_reloads = broken;
     }
 
     // --- inspection ---

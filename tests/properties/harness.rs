@@ -12,11 +12,11 @@ use proptest::test_runner::{
 /// The environment variable that sets the number of cases per property.
 pub const CASES_VAR: &str = "QUORUMLOCK_PROPTEST_CASES";
 /// The number of cases per property when [`CASES_VAR`] is not set.
-pub const DEFAULT_CASES: u32 = 2_000;
+pub const DEFAULT_CASES: u32 = 1_000;
 /// Proptest's own variable for the random seed of a run.
 pub const SEED_VAR: &str = "PROPTEST_RNG_SEED";
 
-/// The number of cases per property: `$QUORUMLOCK_PROPTEST_CASES`, else 2,000.
+/// The number of cases per property: `$QUORUMLOCK_PROPTEST_CASES`, else 1,000.
 pub fn cases() -> u32 {
     match std::env::var(CASES_VAR) {
         Ok(value) => value.trim().parse().unwrap_or_else(|_| {
@@ -24,6 +24,14 @@ pub fn cases() -> u32 {
         }),
         Err(_) => DEFAULT_CASES,
     }
+}
+
+/// How many shrinking steps a failure may take: `$PROPTEST_MAX_SHRINK_ITERS`, else 20,000.
+fn shrink_iters() -> u32 {
+    std::env::var("PROPTEST_MAX_SHRINK_ITERS")
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(20_000)
 }
 
 /// The seed of this run: `$PROPTEST_RNG_SEED`, else a fresh random one.
@@ -40,18 +48,23 @@ fn seed() -> u64 {
 /// Checks `property` on `cases()` schedules from `strategy`; on failure, panics with the
 /// shrunk minimal input, the reason, the seed and the command that replays it. The failing
 /// case is also saved under `tests/properties/regressions/` and tried first by later runs.
-pub fn check<S>(name: &str, strategy: S, property: impl Fn(S::Value) -> Result<(), String>)
-where
+pub fn check<S>(
+    name: &str,
+    module: &str,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), String>,
+) where
     S: Strategy,
     S::Value: Debug + std::fmt::Display,
 {
-    check_cases(name, cases(), strategy, property);
+    check_cases(name, module, cases(), strategy, property);
 }
 
 /// [`check`] on `cases` schedules: for a property whose schedules cost many times the
 /// others', so that it runs a share of [`cases()`].
 pub fn check_cases<S>(
     name: &str,
+    module: &str,
     cases: u32,
     strategy: S,
     property: impl Fn(S::Value) -> Result<(), String>,
@@ -60,14 +73,20 @@ pub fn check_cases<S>(
     S::Value: Debug + std::fmt::Display,
 {
     let seed = seed();
+    // The test's path as the test runner names it: the module path without the crate.
+    let test = match module.split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_owned(),
+    };
     let path: &'static str =
         Box::leak(format!("tests/properties/regressions/{name}.txt").into_boxed_str());
     let config = Config {
         cases,
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(path))),
         rng_seed: RngSeed::Fixed(seed),
-        // Schedules shrink fast; bound the worst case anyway.
-        max_shrink_iters: 20_000,
+        // Schedules shrink fast; bound the worst case anyway (`PROPTEST_MAX_SHRINK_ITERS`
+        // bounds it further, for a quick look at a failure).
+        max_shrink_iters: shrink_iters(),
         ..Config::default()
     };
     let mut runner = TestRunner::new(config);
@@ -81,7 +100,7 @@ pub fn check_cases<S>(
              minimal failing schedule:\n{minimal}\n{minimal:#?}\n\
              seed: {seed}\n\
              replay: {SEED_VAR}={seed} {CASES_VAR}={cases} \
-             cargo test --features test-util --test properties -- --exact {name}\n\
+             cargo test --features test-util --test properties -- --exact {test}\n\
              (the failing case is also saved in {path} and is tried first on the next run)"
         ),
         Err(TestError::Abort(reason)) => {
@@ -98,7 +117,7 @@ macro_rules! property {
         $(#[$doc])*
         #[test]
         fn $name() {
-            $crate::harness::check(stringify!($name), $strategy, $property);
+            $crate::harness::check(stringify!($name), module_path!(), $strategy, $property);
         }
     };
 }
@@ -119,7 +138,9 @@ where
     let config = Config {
         cases,
         failure_persistence: None,
-        max_shrink_iters: 20_000,
+        // The failure itself is what is searched for; a few hundred shrinking steps make
+        // its example readable, and each costs a whole run.
+        max_shrink_iters: 300,
         ..Config::default()
     };
     let mut runner =

@@ -13,6 +13,7 @@ use quorumlock::sim::{OpRecord, SimCluster, SimNode};
 use quorumlock::{LockConfig, LockError, LockGuard, LockToken, Redlock};
 use tokio::time::Instant;
 
+use super::mutations;
 use super::schedule::{ms, End, Fault, Schedule, Session, Step};
 
 /// What happened in one run.
@@ -30,6 +31,9 @@ pub struct Trace {
     pub attempts: Vec<Attempt>,
     /// Every node's log: `(node, record)`, by time sent.
     pub log: Vec<(usize, OpRecord)>,
+    /// What the nodes held once every client was done and the requests they left in flight
+    /// or in the background had landed: `(node, key)`, fencing counters aside.
+    pub leftovers: Vec<(usize, String)>,
 }
 
 /// Numbers the returns of attempts in the order they happen (each simulation runs on one
@@ -69,6 +73,9 @@ pub enum AttemptResult {
     Failed(LockError),
     /// The client stopped waiting for it (its future was dropped).
     Cancelled,
+    /// The client died while it waited: the acquisition was neither polled nor dropped
+    /// again.
+    Died,
 }
 
 /// A lock as granted.
@@ -174,7 +181,9 @@ async fn simulate(schedule: &Schedule) -> Trace {
         node.set_clock_rate(setup.rate);
         node.set_request_delay(ms(setup.request_delay_ms));
         node.set_reply_delay(ms(setup.reply_delay_ms));
+        node.set_connect_delay(ms(setup.connect_delay_ms));
     }
+    mutations::apply(&cluster);
 
     let timeline = schedule.timeline();
     let fault_task = tokio::spawn(apply_faults(cluster.clone(), timeline, origin));
@@ -197,10 +206,20 @@ async fn simulate(schedule: &Schedule) -> Trace {
     for task in tasks {
         let (client_attempts, client_kept) = task.await.expect("a client task panicked");
         attempts.extend(client_attempts);
-        kept.extend(client_kept);
+        kept.push(client_kept);
     }
     fault_task.await.expect("the fault task panicked");
-    // Let every request in flight land and every background release finish.
+    // Let the requests in flight land and the background releases and queue exits finish:
+    // each waits at most a node timeout per node, behind delays and connections being made.
+    tokio::time::sleep(schedule.settle()).await;
+    let leftovers = cluster
+        .nodes()
+        .iter()
+        .enumerate()
+        .flat_map(|(index, node)| node.keys().into_iter().map(move |key| (index, key)))
+        .filter(|(_, key)| !key.starts_with("quorumlock:fence:"))
+        .collect();
+    // Then let every key expire.
     tokio::time::sleep(config.ttl() * 2 + config.node_timeout() * 4).await;
 
     let quorum = schedule.nodes / 2 + 1;
@@ -211,6 +230,7 @@ async fn simulate(schedule: &Schedule) -> Trace {
         origin,
         attempts,
         log: cluster.log(),
+        leftovers,
     };
     // Vanished clients' guards go only now, after the log was taken.
     drop(kept);
@@ -238,31 +258,60 @@ fn apply(node: &SimNode, step: &Step) {
             Fault::LoseReplies(on) => node.lose_replies(*on),
             Fault::ApplyButLoseReply(on) => node.apply_but_lose_reply(*on),
             Fault::Flush => node.flush(),
+            Fault::FlushScripts => node.flush_scripts(),
         },
     }
 }
+
+/// What a client leaves behind when its run ends: the guards it kept (it vanished while
+/// holding) and the acquisitions it died in.
+#[derive(Default)]
+pub struct Kept {
+    guards: Vec<LockGuard>,
+    dead: Vec<Pending>,
+}
+
+/// An acquisition nobody polls any more.
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 async fn run_client(
     client: usize,
     client_name: Arc<str>,
     lock: Redlock,
     sessions: Vec<Session>,
-) -> (Vec<Attempt>, Vec<LockGuard>) {
+) -> (Vec<Attempt>, Kept) {
     let mut attempts = Vec::new();
-    let mut kept = Vec::new();
+    let mut kept = Kept::default();
     for session in sessions {
         tokio::time::sleep(ms(session.wait_ms.max(1))).await;
         let resource = format!("r{}", session.resource);
         let called = Instant::now();
-        let attempt = async {
-            if session.blocking {
-                lock.acquire(&resource).await
-            } else {
-                lock.try_acquire(&resource).await
-            }
+        let mut attempt = {
+            let (lock, resource, blocking) = (lock.clone(), resource.clone(), session.blocking);
+            Box::pin(async move {
+                if blocking {
+                    lock.acquire(&resource).await
+                } else {
+                    lock.try_acquire(&resource).await
+                }
+            })
         };
+        let mut died = false;
         let outcome = match session.cancel_after_ms {
-            Some(after) => tokio::time::timeout(ms(after), attempt).await.ok(),
+            Some(after) => {
+                tokio::select! {
+                    biased;
+                    result = &mut attempt => Some(result),
+                    () = tokio::time::sleep(ms(after)) => {
+                        if session.dies {
+                            // Never polled again, never dropped: a process that stopped.
+                            kept.dead.push(Box::pin(async move { drop(attempt.await) }));
+                            died = true;
+                        }
+                        None
+                    }
+                }
+            }
             None => Some(attempt.await),
         };
         let returned = Instant::now();
@@ -278,6 +327,7 @@ async fn run_client(
             events: Vec::new(),
         };
         match outcome {
+            None if died => record.result = AttemptResult::Died,
             None => {}
             Some(Err(error)) => record.result = AttemptResult::Failed(error),
             Some(Ok(mut guard)) => {
@@ -296,7 +346,7 @@ async fn run_client(
                         None
                     }
                     End::Vanish => {
-                        kept.push(guard);
+                        kept.guards.push(guard);
                         None
                     }
                 };
@@ -308,6 +358,9 @@ async fn run_client(
             }
         }
         attempts.push(record);
+        if died {
+            break;
+        }
     }
     (attempts, kept)
 }

@@ -47,6 +47,9 @@ pub struct NodeSetup {
     pub request_delay_ms: u64,
     /// Its reply delay.
     pub reply_delay_ms: u64,
+    /// How long each connection to it takes to be made (on first use and after a crash):
+    /// requests made meanwhile wait for it.
+    pub connect_delay_ms: u64,
 }
 
 /// One acquisition by a client and what it does with the lock.
@@ -60,6 +63,10 @@ pub struct Session {
     pub blocking: bool,
     /// Abandons the acquisition (drops its future) after this long, if still running.
     pub cancel_after_ms: Option<u64>,
+    /// At `cancel_after_ms`, the client dies instead: the acquisition is neither polled nor
+    /// dropped again (its place in line is left to lapse), and the client does nothing
+    /// more.
+    pub dies: bool,
     /// What the holder does while holding, in order.
     pub holds: Vec<Hold>,
     /// How the holder lets go.
@@ -127,6 +134,8 @@ pub enum Fault {
     ApplyButLoseReply(bool),
     /// Every key is lost (`FLUSHALL`).
     Flush,
+    /// The node forgets its cached scripts (`SCRIPT FLUSH`).
+    FlushScripts,
 }
 
 /// A step of the fault timeline, after outages are split into a crash and a restart.
@@ -192,6 +201,22 @@ impl Schedule {
         steps
     }
 
+    /// How long the requests a run's clients leave in flight or in the background (rollbacks,
+    /// releases of dropped guards, queue exits) take at most to land once the clients are
+    /// done: a few node timeouts each, behind the slowest delays and connections.
+    pub fn settle(&self) -> Duration {
+        let setups = self
+            .setup
+            .iter()
+            .map(|node| node.request_delay_ms + node.reply_delay_ms + node.connect_delay_ms);
+        let faults = self.faults.iter().map(|fault| match fault.fault {
+            Fault::RequestDelay(delay) | Fault::ReplyDelay(delay) => delay,
+            _ => 0,
+        });
+        let slowest: u64 = setups.chain(faults).max().unwrap_or(0);
+        ms(8 * (self.node_timeout_ms + 2 * slowest) + 1)
+    }
+
     /// Whether a node may lose its fencing counters: a restart without data, or a flush.
     pub fn loses_counters(&self) -> bool {
         self.faults.iter().any(|fault| {
@@ -241,6 +266,13 @@ pub enum Kind {
     ClockJumps,
     /// Safe, plus frequent crashes with an immediate restart without data.
     Amnesia,
+    /// Nothing that loses a request or a key: delays, and replies lost after the node
+    /// applied the request; so every request that was sent lands, and what a run leaves on
+    /// the nodes is what the clients left there.
+    Tidy,
+    /// As tidy, with script-cache flushes instead of lost replies (a lost reply to a call
+    /// answered `NOSCRIPT` would leave the call undone, rightly: the client cannot know).
+    ScriptLoss,
 }
 
 /// The generator's knobs.
@@ -260,6 +292,11 @@ pub struct Profile {
     pub fencing: Option<bool>,
     /// Restarts always keep the data (the fencing counters must never be lost).
     pub persistent: bool,
+    /// Blocking acquisitions in line for one resource: quick retries, many of them, some
+    /// acquisitions abandoned and some clients dying while they wait.
+    pub fair_queue: bool,
+    /// Cold connections: each node often takes a while to connect to.
+    pub cold_connections: bool,
 }
 
 impl Profile {
@@ -273,6 +310,8 @@ impl Profile {
             edge_rates: false,
             fencing: None,
             persistent: false,
+            fair_queue: false,
+            cold_connections: false,
         }
     }
 }
@@ -299,7 +338,7 @@ pub fn schedules(profile: Profile) -> impl Strategy<Value = Schedule> {
             Just(0).boxed()
         };
         // Contenders retry quickly, so that they take a lock as soon as it frees.
-        let delay = if profile.contention {
+        let delay = if profile.contention || profile.fair_queue {
             (1..=(ttl / 50).max(1)).boxed()
         } else {
             (1..=(ttl / 4).max(1)).boxed()
@@ -308,9 +347,15 @@ pub fn schedules(profile: Profile) -> impl Strategy<Value = Schedule> {
             Some(on) => Just(on).boxed(),
             None => any::<bool>().boxed(),
         };
+        // Many retries, except under the 30-day TTL (the whole wait must stay within bounds).
+        let retries = if profile.fair_queue && ttl < MAX_TTL_MS {
+            (2u32..=8).boxed()
+        } else {
+            (0u32..=3).boxed()
+        };
         (
             1..=(ttl / 10).max(1),
-            0u32..=3,
+            retries,
             delay,
             jitter_permille,
             fencing,
@@ -345,11 +390,17 @@ fn collection_of_setups(
     drift: f64,
 ) -> impl Strategy<Value = Vec<NodeSetup>> {
     let delay = prop_oneof![3 => Just(0u64), 1 => 0..=ttl / 5];
-    let setup = (rate(profile.kind, drift), delay.clone(), delay).prop_map(
-        |(rate, request_delay_ms, reply_delay_ms)| NodeSetup {
+    let connect = if profile.cold_connections {
+        prop_oneof![1 => Just(0u64), 3 => 0..=ttl / 5].boxed()
+    } else {
+        prop_oneof![9 => Just(0u64), 1 => 0..=ttl / 5].boxed()
+    };
+    let setup = (rate(profile.kind, drift), delay.clone(), delay, connect).prop_map(
+        |(rate, request_delay_ms, reply_delay_ms, connect_delay_ms)| NodeSetup {
             rate,
             request_delay_ms,
             reply_delay_ms,
+            connect_delay_ms,
         },
     );
     let edge = profile.edge_rates;
@@ -384,8 +435,9 @@ fn rate(kind: Kind, drift: f64) -> BoxedStrategy<f64> {
 }
 
 fn clients(profile: Profile, ttl: u64) -> impl Strategy<Value = Vec<Vec<Session>>> {
-    let clients = if profile.contention { 2..=4 } else { 1..=4 };
-    let sessions = if profile.contention { 2..=4 } else { 1..=4 };
+    let busy = profile.contention || profile.fair_queue;
+    let clients = if busy { 2..=4 } else { 1..=4 };
+    let sessions = if busy { 2..=4 } else { 1..=4 };
     proptest::collection::vec(
         proptest::collection::vec(session(profile, ttl), sessions),
         clients,
@@ -395,17 +447,40 @@ fn clients(profile: Profile, ttl: u64) -> impl Strategy<Value = Vec<Vec<Session>
 fn session(profile: Profile, ttl: u64) -> impl Strategy<Value = Session> {
     // At least 1 ms, so that one acquisition's requests never share an instant with the
     // previous one's return (the checks attribute requests to acquisitions by time).
-    let wait = if profile.contention {
+    let busy = profile.contention || profile.fair_queue;
+    let wait = if busy {
         (1..=(ttl / 2).max(1)).boxed()
     } else {
         (1..=ttl * 3 / 2).boxed()
     };
-    let resource = if profile.contention {
+    let resource = if busy {
         Just(0u8).boxed()
     } else {
         prop_oneof![4 => Just(0u8), 1 => Just(1u8)].boxed()
     };
-    let cancel = prop_oneof![9 => Just(None), 1 => (0..=ttl / 5).prop_map(Some)];
+    let cancel = if profile.fair_queue {
+        prop_oneof![2 => Just(None), 1 => (0..=ttl).prop_map(Some)].boxed()
+    } else {
+        prop_oneof![9 => Just(None), 1 => (0..=ttl / 5).prop_map(Some)].boxed()
+    };
+    let blocking = if profile.fair_queue {
+        prop_oneof![9 => Just(true), 1 => Just(false)].boxed()
+    } else {
+        any::<bool>().boxed()
+    };
+    // Nobody dies in a tidy run: a dead waiter's place is left to lapse, by design.
+    let tidy = matches!(profile.kind, Kind::Tidy | Kind::ScriptLoss);
+    let dies = if profile.fair_queue && !tidy {
+        prop_oneof![3 => Just(false), 1 => Just(true)].boxed()
+    } else {
+        Just(false).boxed()
+    };
+    // A tidy run leaves nothing behind: its holders let go.
+    let end = if tidy {
+        prop_oneof![2 => Just(End::Release), 1 => Just(End::Drop)].boxed()
+    } else {
+        prop_oneof![6 => Just(End::Release), 3 => Just(End::Drop), 1 => Just(End::Vanish)].boxed()
+    };
     let hold_ms = if profile.long_holds {
         prop_oneof![1 => 0..=ttl / 2, 2 => ttl * 9 / 10..=ttl * 2].boxed()
     } else {
@@ -416,20 +491,20 @@ fn session(profile: Profile, ttl: u64) -> impl Strategy<Value = Session> {
         check,
         refresh,
     });
-    let end = prop_oneof![6 => Just(End::Release), 3 => Just(End::Drop), 1 => Just(End::Vanish)];
     (
         wait,
         resource,
-        any::<bool>(),
-        cancel,
+        blocking,
+        (cancel, dies),
         proptest::collection::vec(hold, 0..=3),
         end,
     )
         .prop_map(
-            |(wait_ms, resource, blocking, cancel_after_ms, holds, end)| Session {
+            |(wait_ms, resource, blocking, (cancel_after_ms, dies), holds, end)| Session {
                 wait_ms,
                 resource,
                 blocking,
+                dies: dies && cancel_after_ms.is_some(),
                 cancel_after_ms,
                 holds,
                 end,
@@ -471,9 +546,22 @@ fn fault(kind: Kind, ttl: u64, drift: f64, persistent: bool) -> BoxedStrategy<Fa
         1 => delay.prop_map(Fault::ReplyDelay),
         1 => any::<bool>().prop_map(Fault::LoseReplies),
         1 => any::<bool>().prop_map(Fault::ApplyButLoseReply),
+        1 => Just(Fault::FlushScripts),
     ];
     match kind {
         Kind::Safe => safe.boxed(),
+        Kind::Tidy => prop_oneof![
+            1 => (0..=ttl / 50).prop_map(Fault::RequestDelay),
+            1 => (0..=ttl / 50).prop_map(Fault::ReplyDelay),
+            2 => any::<bool>().prop_map(Fault::ApplyButLoseReply),
+        ]
+        .boxed(),
+        Kind::ScriptLoss => prop_oneof![
+            1 => (0..=ttl / 50).prop_map(Fault::RequestDelay),
+            1 => (0..=ttl / 50).prop_map(Fault::ReplyDelay),
+            3 => Just(Fault::FlushScripts),
+        ]
+        .boxed(),
         Kind::Any => prop_oneof![
             4 => safe,
             1 => (0..=ttl * 2, any::<bool>())
@@ -514,8 +602,8 @@ impl fmt::Display for Schedule {
         for (i, node) in self.setup.iter().enumerate() {
             writeln!(
                 f,
-                "  node {i}: rate {}, request delay {} ms, reply delay {} ms",
-                node.rate, node.request_delay_ms, node.reply_delay_ms
+                "  node {i}: rate {}, request delay {} ms, reply delay {} ms, connect delay {} ms",
+                node.rate, node.request_delay_ms, node.reply_delay_ms, node.connect_delay_ms
             )?;
         }
         for (i, sessions) in self.clients.iter().enumerate() {

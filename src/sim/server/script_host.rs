@@ -1,7 +1,7 @@
 //! [`ScriptHost`]: runs Redis Lua scripts over a [`Keyspace`] as Redis 7.0 runs them.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ const SCRIPT_CHUNK: &str = "@user_script";
 /// The Redis API and sandbox of the host, built once per Lua state (`sandbox.lua`: Lua,
 /// to stay close to what it stands in for). It receives the host table, with `handler`,
 /// the error handler, and `command_error`, which tells an error `redis.call` raised; it
-/// leaves there `redis`, the table whose `call` and `pcall` each invocation sets, `env`,
+/// leaves there `redis`, the table whose `call` and `pcall` the engine sets once, `env`,
 /// the environment of every script, `globals`, what that environment reads (KEYS and ARGV
 /// are set in it per call), and `run`, which calls a script under the handler.
 const SANDBOX: &str = include_str!("sandbox.lua");
@@ -40,18 +40,48 @@ const SANDBOX: &str = include_str!("sandbox.lua");
 /// [`load`](Self::load) cache one, [`evalsha`](Self::evalsha) runs a cached one or answers
 /// `NOSCRIPT`, [`flush_scripts`](Self::flush_scripts) forgets them all (a restart does).
 pub struct ScriptHost {
+    /// The interpreter; `None` only while the host is being dropped.
+    engine: Option<Engine>,
+    /// The SHA-1s of the scripts this server has cached.
+    scripts: HashSet<String>,
+    /// Scripts run in place of others (see [`substitute`](ScriptHost::substitute)): the
+    /// source that runs for each SHA-1 called.
+    substitutes: HashMap<String, String>,
+    keyspace: Keyspace,
+}
+
+/// A Lua state with the sandbox, and every script it compiled. A simulation makes
+/// thousands of short-lived servers, and building the sandbox and compiling the scripts
+/// cost more than running them, so a dropped host's engine is kept for the next host of
+/// the thread ([`ENGINES`]). That is invisible to scripts: the sandbox's globals are
+/// read-only and each call sets KEYS, ARGV and `redis.call` afresh; which scripts a server
+/// has cached is the host's own set, not the engine's.
+struct Engine {
     lua: Lua,
     /// The table the sandbox lives in (see [`SANDBOX`]).
     host: Table,
     /// Compiled scripts by their SHA-1.
-    scripts: HashMap<String, Function>,
-    keyspace: Keyspace,
+    compiled: HashMap<String, Function>,
+    /// The SHA-1 of each source compiled, so that an `EVAL` of a known script is not
+    /// hashed again.
+    hashes: HashMap<String, String>,
 }
 
-impl ScriptHost {
-    /// A server with an empty keyspace and no cached scripts.
-    pub fn new() -> Self {
-        Self::build().expect("the script host's Lua sandbox builds")
+/// How many idle engines a thread keeps.
+const ENGINES_KEPT: usize = 16;
+
+thread_local! {
+    /// The idle engines of this thread, for the next hosts.
+    static ENGINES: RefCell<Vec<Engine>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Engine {
+    /// An idle engine of this thread, or a new one.
+    fn take() -> mlua::Result<Self> {
+        match ENGINES.with(|engines| engines.borrow_mut().pop()) {
+            Some(engine) => Ok(engine),
+            None => Self::build(),
+        }
     }
 
     fn build() -> mlua::Result<Self> {
@@ -66,12 +96,92 @@ impl ScriptHost {
         lua.load(SANDBOX)
             .set_name("=quorumlock-script-host")
             .call::<()>(host.clone())?;
-        Ok(ScriptHost {
+        // `redis.call` raises a command's error, `redis.pcall` returns it.
+        let call =
+            lua.create_function(|lua, args: MultiValue| match command_of_script(lua, args) {
+                ServerReply::Error(message) => Err(mlua::Error::external(RaisedByCall(message))),
+                reply => reply_to_lua(lua, &reply),
+            })?;
+        let pcall = lua.create_function(|lua, args: MultiValue| {
+            reply_to_lua(lua, &command_of_script(lua, args))
+        })?;
+        let redis: Table = host.raw_get("redis")?;
+        redis.raw_set("call", call)?;
+        redis.raw_set("pcall", pcall)?;
+        Ok(Engine {
             lua,
             host,
-            scripts: HashMap::new(),
-            keyspace: Keyspace::new(),
+            compiled: HashMap::new(),
+            hashes: HashMap::new(),
         })
+    }
+
+    /// The SHA-1 of `source`, compiled (or the compile error as a reply).
+    fn compile(&mut self, source: &str) -> Result<String, ServerReply> {
+        if let Some(sha) = self.hashes.get(source) {
+            return Ok(sha.clone());
+        }
+        let sha = redis::Script::new(source).get_hash().to_owned();
+        let compiled = self
+            .host
+            .raw_get::<Table>("env")
+            .and_then(|env| {
+                self.lua
+                    .load(source)
+                    .set_name(SCRIPT_CHUNK)
+                    .set_environment(env)
+                    .into_function()
+            })
+            .map_err(|error| {
+                let message = match error {
+                    mlua::Error::SyntaxError { message, .. } => message,
+                    other => other.to_string(),
+                };
+                ServerReply::err(format!("Error compiling script (new function): {message}"))
+            })?;
+        self.compiled.insert(sha.clone(), compiled);
+        self.hashes.insert(source.to_owned(), sha.clone());
+        Ok(sha)
+    }
+}
+
+impl Drop for ScriptHost {
+    fn drop(&mut self) {
+        if let Some(engine) = self.engine.take() {
+            // Gone with the thread's end: nothing to keep it for then.
+            let _ = ENGINES.try_with(|engines| {
+                let mut engines = engines.borrow_mut();
+                if engines.len() < ENGINES_KEPT {
+                    engines.push(engine);
+                }
+            });
+        }
+    }
+}
+
+impl ScriptHost {
+    /// A server with an empty keyspace and no cached scripts.
+    pub fn new() -> Self {
+        ScriptHost {
+            engine: Some(Engine::take().expect("the script host's Lua sandbox builds")),
+            scripts: HashSet::new(),
+            substitutes: HashMap::new(),
+            keyspace: Keyspace::new(),
+        }
+    }
+
+    /// Runs `source` whenever the script `sha` is called (by `EVALSHA`, or `EVAL` of the
+    /// script whose hash it is), as long as `sha` is cached: a deliberately changed script,
+    /// for showing that a test catches the change. Errors then name the substitute's hash.
+    pub fn substitute(&mut self, sha: &str, source: &str) {
+        self.substitutes
+            .insert(sha.to_ascii_lowercase(), source.to_owned());
+    }
+
+    fn engine(&mut self) -> &mut Engine {
+        self.engine
+            .as_mut()
+            .expect("a host has its engine until dropped")
     }
 
     /// The keyspace the scripts run on.
@@ -138,7 +248,7 @@ impl ScriptHost {
                 words[2..]
                     .iter()
                     .map(|sha| {
-                        let cached = self.scripts.contains_key(&lowercase(sha));
+                        let cached = self.scripts.contains(&lowercase(sha));
                         ServerReply::Integer(i64::from(cached))
                     })
                     .collect(),
@@ -160,28 +270,8 @@ impl ScriptHost {
     }
 
     fn compile(&mut self, source: &str) -> Result<String, ServerReply> {
-        let sha = redis::Script::new(source).get_hash().to_owned();
-        if self.scripts.contains_key(&sha) {
-            return Ok(sha);
-        }
-        let compiled = self
-            .host
-            .raw_get::<Table>("env")
-            .and_then(|env| {
-                self.lua
-                    .load(source)
-                    .set_name(SCRIPT_CHUNK)
-                    .set_environment(env)
-                    .into_function()
-            })
-            .map_err(|error| {
-                let message = match error {
-                    mlua::Error::SyntaxError { message, .. } => message,
-                    other => other.to_string(),
-                };
-                ServerReply::err(format!("Error compiling script (new function): {message}"))
-            })?;
-        self.scripts.insert(sha.clone(), compiled);
+        let sha = self.engine().compile(source)?;
+        self.scripts.insert(sha.clone());
         Ok(sha)
     }
 
@@ -207,9 +297,18 @@ impl ScriptHost {
         keys: &[K],
         argv: &[V],
     ) -> ServerReply {
-        let sha = lowercase(sha.as_bytes());
-        let Some(script) = self.scripts.get(&sha).cloned() else {
+        let mut sha = lowercase(sha.as_bytes());
+        if !self.scripts.contains(&sha) {
             return ServerReply::Error("NOSCRIPT No matching script. Please use EVAL.".into());
+        }
+        if let Some(source) = self.substitutes.get(&sha).cloned() {
+            match self.engine().compile(&source) {
+                Ok(substitute) => sha = substitute,
+                Err(error) => return error,
+            }
+        }
+        let Some(script) = self.engine().compiled.get(&sha).cloned() else {
+            return ServerReply::err("the script host lost a compiled script");
         };
         self.invoke(now, &sha, &script, keys, argv)
             .unwrap_or_else(|error| ServerReply::err(format!("the script host failed: {error}")))
@@ -226,30 +325,21 @@ impl ScriptHost {
         argv: &[V],
     ) -> mlua::Result<ServerReply> {
         let ScriptHost {
-            lua,
-            host,
-            keyspace,
-            ..
+            engine, keyspace, ..
         } = self;
-        let globals: Table = host.raw_get("globals")?;
-        globals.raw_set("KEYS", lua.create_sequence_from(strings(lua, keys)?)?)?;
-        globals.raw_set("ARGV", lua.create_sequence_from(strings(lua, argv)?)?)?;
-        let run: Function = host.raw_get("run")?;
-        let redis: Table = host.raw_get("redis")?;
-        let keyspace = RefCell::new(keyspace);
-        let command = |args: MultiValue| match command_words(args) {
-            Ok(words) => run_from_script(&mut keyspace.borrow_mut(), now, &words),
-            Err(error) => error,
-        };
-        lua.scope(|scope| {
-            let call = scope.create_function(|lua, args: MultiValue| match command(args) {
-                ServerReply::Error(message) => Err(mlua::Error::external(RaisedByCall(message))),
-                reply => reply_to_lua(lua, &reply),
-            })?;
-            let pcall =
-                scope.create_function(|lua, args: MultiValue| reply_to_lua(lua, &command(args)))?;
-            redis.raw_set("call", call)?;
-            redis.raw_set("pcall", pcall)?;
+        let Engine { lua, host, .. } = engine
+            .as_mut()
+            .expect("a host has its engine until dropped");
+        // The keyspace is lent to the Lua state for the script's `redis.call`s.
+        lua.set_app_data(Invocation {
+            keyspace: std::mem::take(keyspace),
+            now,
+        });
+        let outcome = (|| {
+            let globals: Table = host.raw_get("globals")?;
+            globals.raw_set("KEYS", lua.create_sequence_from(strings(lua, keys)?)?)?;
+            globals.raw_set("ARGV", lua.create_sequence_from(strings(lua, argv)?)?)?;
+            let run: Function = host.raw_get("run")?;
             let outcome: MultiValue = run.call(script.clone())?;
             let mut outcome = outcome.into_iter();
             let ok = matches!(outcome.next(), Some(Value::Boolean(true)));
@@ -259,7 +349,33 @@ impl ScriptHost {
             } else {
                 raised_error(sha, &value)
             }
-        })
+        })();
+        if let Some(invocation) = lua.remove_app_data::<Invocation>() {
+            *keyspace = invocation.keyspace;
+        }
+        outcome
+    }
+}
+
+/// What the `redis.call`s of the script running work on: the server's keyspace, lent to
+/// the Lua state for the invocation, and the clock reading the whole script sees.
+struct Invocation {
+    keyspace: Keyspace,
+    now: Duration,
+}
+
+/// Runs the command a script called, on the keyspace of the invocation under way.
+fn command_of_script(lua: &Lua, args: MultiValue) -> ServerReply {
+    let words = match command_words(args) {
+        Ok(words) => words,
+        Err(error) => return error,
+    };
+    match lua.app_data_mut::<Invocation>() {
+        Some(mut invocation) => {
+            let now = invocation.now;
+            run_from_script(&mut invocation.keyspace, now, &words)
+        }
+        None => ServerReply::err("redis.call outside a script"),
     }
 }
 
