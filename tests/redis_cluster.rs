@@ -209,6 +209,31 @@ async fn a_redlock_of_three_clusters_survives_a_killed_master() {
     let urls: Vec<String> = clusters.iter().map(ShardedCluster::url).collect();
     let lock = Redlock::connect(&urls, cluster_config()).await.unwrap();
 
+    // Concurrent cycles on distinct resources, spread over every master of every member:
+    // none is refused (a release returns once a quorum deleted the key, and the last
+    // member's unlock must not be overtaken by the next attempt).
+    let tasks: Vec<_> = (0..32)
+        .map(|task| {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let resource = format!("again:{task}");
+                for _ in 0..10 {
+                    let cycle = match lock.try_acquire(&resource).await {
+                        Ok(guard) => guard.release().await,
+                        Err(err) => Err(err),
+                    };
+                    if let Err(err) = cycle {
+                        return Err(format!("{resource}: {err}"));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+
     let guard = lock.try_acquire("job:1").await.unwrap();
     for cluster in &clusters {
         assert_eq!(
@@ -373,9 +398,11 @@ async fn a_mix_of_a_cluster_and_standalone_masters() {
 #[tokio::test]
 async fn with_replica_acks_a_grant_survives_the_failover_of_its_master() {
     let mut cluster = sharded(3, 1).await;
+    // Room for a replica starved of CPU on a loaded machine: 1 s per node, 800 ms for WAIT.
     let config = cluster_config()
         .to_builder()
-        .replica_acks(quorumlock::ReplicaAcks::new(1, Duration::from_millis(200)))
+        .node_timeout(Duration::from_secs(1))
+        .replica_acks(quorumlock::ReplicaAcks::new(1, Duration::from_millis(800)))
         .build()
         .unwrap();
     let lock = RedisLock::connect(&cluster.url(), config).await.unwrap();

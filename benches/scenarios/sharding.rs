@@ -22,7 +22,10 @@ const TASKS: usize = 64;
 /// One measured run of one deployment.
 struct Measured {
     ops: u64,
+    /// Cycles that failed because nodes did not answer in time (a loaded machine).
     errors: u64,
+    /// The first failure of another kind: with one resource per task nothing may refuse.
+    unexpected: Option<String>,
     elapsed: Duration,
     p50_us: f64,
     p99_us: f64,
@@ -76,11 +79,11 @@ pub async fn run(options: &Options, failures: &mut Vec<String>) {
                 fmt_us(measured.cpu_us_per_op),
                 measured.errors,
             );
-            if measured.errors > 0 || measured.ops == 0 {
-                failures.push(format!(
-                    "sharding {label}: {} operations, {} errors",
-                    measured.ops, measured.errors
-                ));
+            if let Some(error) = &measured.unexpected {
+                failures.push(format!("sharding {label}: {error}"));
+            }
+            if measured.ops == 0 {
+                failures.push(format!("sharding {label}: no operation completed"));
             }
             runs.entry(label).or_default().push(measured);
         }
@@ -171,10 +174,11 @@ pub async fn replica_acks(options: &Options, failures: &mut Vec<String>) {
 /// One task locking and releasing one resource for `window`.
 async fn measure_one<L: DistributedLock>(lock: &L, window: Duration) -> Measured {
     let started = Instant::now();
-    let (hist, ops, errors) = cycles(lock, "acked", started + window).await;
+    let (hist, ops, errors, unexpected) = cycles(lock, "acked", started + window).await;
     Measured {
         ops,
         errors,
+        unexpected,
         elapsed: started.elapsed(),
         p50_us: hist.value_at_quantile(0.5) as f64,
         p99_us: hist.value_at_quantile(0.99) as f64,
@@ -182,29 +186,40 @@ async fn measure_one<L: DistributedLock>(lock: &L, window: Duration) -> Measured
     }
 }
 
-/// Locks and releases `resource` until `deadline`: the latencies of the completed cycles,
-/// their number, and the number that failed.
-async fn cycles<L: DistributedLock>(
-    lock: &L,
-    resource: &str,
-    deadline: Instant,
-) -> (hdrhistogram::Histogram<u64>, u64, u64) {
+/// What [`cycles`] measured: the latencies of the completed cycles, their number, the
+/// number that failed for nodes that did not answer, and the first other failure.
+type Cycles = (hdrhistogram::Histogram<u64>, u64, u64, Option<String>);
+
+/// Locks and releases `resource` until `deadline`.
+async fn cycles<L: DistributedLock>(lock: &L, resource: &str, deadline: Instant) -> Cycles {
     let mut hist = histogram();
-    let (mut ops, mut errors) = (0_u64, 0_u64);
+    let (mut ops, mut errors, mut unexpected) = (0_u64, 0_u64, None);
     while Instant::now() < deadline {
         let op = Instant::now();
-        match lock.try_acquire(resource).await {
-            Ok(guard) => match guard.release().await {
-                Ok(()) => {
-                    record(&mut hist, op.elapsed());
-                    ops += 1;
-                }
-                Err(_) => errors += 1,
-            },
-            Err(_) => errors += 1,
+        let cycle = match lock.try_acquire(resource).await {
+            Ok(guard) => guard.release().await,
+            Err(error) => Err(error),
+        };
+        match cycle {
+            Ok(()) => {
+                record(&mut hist, op.elapsed());
+                ops += 1;
+            }
+            // Nodes that failed to answer, and no refusal: the machine was too busy.
+            Err(error)
+                if error.tally().is_some_and(|tally| {
+                    tally.refused.is_empty() && !tally.failures.is_empty()
+                }) =>
+            {
+                errors += 1;
+            }
+            Err(error) => {
+                errors += 1;
+                unexpected.get_or_insert_with(|| error.to_string());
+            }
         }
     }
-    (hist, ops, errors)
+    (hist, ops, errors, unexpected)
 }
 
 fn resource(task: usize) -> String {
@@ -224,12 +239,14 @@ async fn measure(lock: Redlock, window: Duration) -> Measured {
         })
         .collect();
     let mut hist = histogram();
-    let (mut ops, mut errors) = (0, 0);
+    let (mut ops, mut errors, mut unexpected) = (0, 0, None);
     for task in tasks {
-        let (task_hist, task_ops, task_errors) = task.await.expect("a sharding task");
+        let (task_hist, task_ops, task_errors, task_unexpected) =
+            task.await.expect("a sharding task");
         hist.add(task_hist).expect("same histogram bounds");
         ops += task_ops;
         errors += task_errors;
+        unexpected = unexpected.or(task_unexpected);
     }
     let elapsed = started.elapsed();
     let cpu_us_per_op = match (cpu_before, process_cpu()) {
@@ -241,6 +258,7 @@ async fn measure(lock: Redlock, window: Duration) -> Measured {
     Measured {
         ops,
         errors,
+        unexpected,
         elapsed,
         p50_us: hist.value_at_quantile(0.5) as f64,
         p99_us: hist.value_at_quantile(0.99) as f64,

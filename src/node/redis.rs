@@ -240,6 +240,7 @@ impl RedisNode {
             timeouts,
             counters,
         );
+        node.scripts = Arc::new(NodeScripts::sent_whole());
         node.sharded = Some(Arc::new(ShardedListener::new(
             seeds,
             timeouts.connect,

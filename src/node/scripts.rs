@@ -158,6 +158,18 @@ impl NodeScripts {
         }
     }
 
+    /// Every script, always sent whole (`EVAL`), never by its hash: for a Redis Cluster
+    /// member, whose masters each cache scripts of their own, so that no call meets a
+    /// `NOSCRIPT` on a master that has not run it yet (its reload would let a later
+    /// request of the process, such as the next lock attempt, overtake an unlock).
+    pub(crate) fn sent_whole() -> Self {
+        let scripts = NodeScripts::new();
+        for script in &scripts.scripts {
+            script.always_whole.store(true, Ordering::Relaxed);
+        }
+        scripts
+    }
+
     /// The script `name`.
     pub(crate) fn get(&self, name: NodeScript) -> &Arc<CachedScript> {
         // `new` made one per name, in the order of `ALL`, whose order the enum follows.
@@ -177,6 +189,8 @@ pub(crate) struct CachedScript {
     cached: AtomicBool,
     /// `SCRIPT LOAD` of the script, made for a node that lost it.
     load: OnceLock<Cmd>,
+    /// Sent whole on every call ([`NodeScripts::sent_whole`]).
+    always_whole: AtomicBool,
 }
 
 impl CachedScript {
@@ -186,6 +200,7 @@ impl CachedScript {
             name,
             cached: AtomicBool::new(false),
             load: OnceLock::new(),
+            always_whole: AtomicBool::new(false),
         }
     }
 
@@ -222,7 +237,9 @@ impl CachedScript {
                 }
                 Err(err) if !reconnected && is_unreachable(&err) => reconnected = true,
                 Ok(reply) => {
-                    self.cached.store(true, Ordering::Relaxed);
+                    if !self.always_whole.load(Ordering::Relaxed) {
+                        self.cached.store(true, Ordering::Relaxed);
+                    }
                     return Ok(reply);
                 }
                 Err(err) => return Err(err),
