@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::{
     AutoExtend, LockConfig, LockError, LockFactory, LockGuard, LockToken, LostSignal, NamedLock,
-    RedisLock, Redlock,
+    Permit, RedisLock, Redlock, Semaphore,
 };
 
 fn send<T: Send>(_: &T) {}
@@ -27,6 +27,19 @@ const _: fn() = || {
     send_sync::<LockToken>();
     send_sync::<LockError>();
     send_sync::<AutoExtend>();
+    send_sync::<Semaphore<Redlock>>();
+    send_sync::<Semaphore<RedisLock>>();
+    send_sync::<Permit>();
+};
+
+/// The lock family's futures.
+const _: fn(&Semaphore<Redlock>, &mut Permit) = |semaphore, permit| {
+    send(&semaphore.try_acquire());
+    send(&semaphore.acquire());
+    send(&semaphore.acquire_timeout(Duration::from_secs(1)));
+    send(&semaphore.with(|_lost| async {}));
+    send(&permit.refresh());
+    send(&permit.is_acquired());
 };
 
 /// The futures of the operations, made (never awaited) from borrowed locks and guards.

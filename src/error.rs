@@ -144,6 +144,15 @@ pub enum ConfigError {
         /// The absolute floor, [`AutoExtend::MIN_INTERVAL`](crate::AutoExtend::MIN_INTERVAL).
         floor: Duration,
     },
+    /// A [`Semaphore`](crate::Semaphore) needs at least one permit, and at most
+    /// [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS).
+    #[error("a semaphore needs between 1 and {max} permits, got {permits}")]
+    InvalidPermits {
+        /// The rejected number of permits.
+        permits: u32,
+        /// The most accepted.
+        max: u32,
+    },
 }
 
 /// What went wrong with one node during one command.

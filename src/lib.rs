@@ -183,6 +183,7 @@ mod resource;
 mod retry;
 mod round;
 mod scoped;
+mod semaphore;
 mod single;
 #[cfg(feature = "tls")]
 mod tls;
@@ -202,6 +203,7 @@ pub use lock::DistributedLock;
 pub use metrics::{LockMetrics, NodeMetrics};
 pub use redlock::Redlock;
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
+pub use semaphore::{Permit, Semaphore};
 pub use single::RedisLock;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
