@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use crate::{
-    AutoExtend, LockConfig, LockError, LockFactory, LockGuard, LockToken, LostSignal, NamedLock,
-    Permit, RedisLock, Redlock, Semaphore,
+    AutoExtend, Election, Leader, Leadership, LockConfig, LockError, LockFactory, LockGuard,
+    LockToken, LostSignal, NamedLock, Permit, RedisLock, Redlock, Semaphore,
 };
 
 fn send<T: Send>(_: &T) {}
@@ -30,6 +30,10 @@ const _: fn() = || {
     send_sync::<Semaphore<Redlock>>();
     send_sync::<Semaphore<RedisLock>>();
     send_sync::<Permit>();
+    send_sync::<Election<Redlock>>();
+    send_sync::<Election<RedisLock>>();
+    send_sync::<Leadership>();
+    send_sync::<Leader>();
 };
 
 /// The lock family's futures.
@@ -40,6 +44,15 @@ const _: fn(&Semaphore<Redlock>, &mut Permit) = |semaphore, permit| {
     send(&semaphore.with(|_lost| async {}));
     send(&permit.refresh());
     send(&permit.is_acquired());
+};
+
+const _: fn(&Election<Redlock>, &mut Leadership) = |election, leadership| {
+    send(&election.campaign("value"));
+    send(&election.campaign_timeout("value", Duration::from_secs(1)));
+    send(&election.leader());
+    send(&election.observe());
+    send(&leadership.proclaim("value"));
+    send(&leadership.is_leader());
 };
 
 /// The futures of the operations, made (never awaited) from borrowed locks and guards.

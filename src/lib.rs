@@ -167,8 +167,10 @@ pub use redis;
 
 mod bounds;
 mod config;
+mod election;
 mod error;
 mod factory;
+mod family;
 pub mod fencing;
 mod guard;
 mod handoff;
@@ -195,8 +197,10 @@ mod watchdog;
 pub mod sim;
 
 pub use config::{LockConfig, LockConfigBuilder};
+pub use election::{Election, Leader, Leadership};
 pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
 pub use factory::{LockFactory, NamedLock};
+pub use family::QuorumLock;
 pub use guard::LockGuard;
 pub use lease::LostSignal;
 pub use lock::DistributedLock;

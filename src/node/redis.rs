@@ -2,6 +2,7 @@
 //! multiplexed connection.
 
 mod commands;
+mod family;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -18,6 +18,8 @@
 //! | `quorumlock:watched:<key>` | string | present while some waiter that races for `<key>` (not queued) wants its releases announced |
 //! | `quorumlock:fence:<key>` | string | the [fencing](crate::fencing) counter of `<key>`; never expires |
 //!
+//! The read-write lock's and the election's keys are listed with their scripts (`family`).
+//!
 //! Both queue keys expire with their longest-lived place, and the watch marker with its
 //! last waiter's interest, so an idle lock leaves nothing behind. A release is announced
 //! only when one of them exists: an uncontended release runs no `PUBLISH`, which costs as
@@ -31,6 +33,12 @@ use std::sync::Arc;
 use redis::{Cmd, ErrorKind, RedisResult, RedisWrite, Script, ServerErrorKind, Value};
 
 use super::link::is_unreachable;
+
+mod family;
+pub(crate) use self::family::{
+    LEADER_PREFIX, LOCK_EXCLUSIVE, LOCK_SHARED, PROCLAIM, READERS_PREFIX, READER_PREFIX,
+    WRITER_WAITING_PREFIX,
+};
 
 /// The queue of the lock key `key` is this prefix and the key: the waiters in order.
 pub(crate) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
@@ -52,6 +60,9 @@ pub(super) struct NodeScripts {
     pub(super) leave_queue: Arc<NodeScript>,
     pub(super) extend: Arc<NodeScript>,
     pub(super) raise_counter: Arc<NodeScript>,
+    pub(super) lock_shared: Arc<NodeScript>,
+    pub(super) lock_exclusive: Arc<NodeScript>,
+    pub(super) proclaim: Arc<NodeScript>,
 }
 
 impl NodeScripts {
@@ -67,6 +78,9 @@ impl NodeScripts {
             leave_queue: script(LEAVE_QUEUE),
             extend: script(EXTEND),
             raise_counter: script(RAISE_COUNTER),
+            lock_shared: script(LOCK_SHARED),
+            lock_exclusive: script(LOCK_EXCLUSIVE),
+            proclaim: script(PROCLAIM),
         }
     }
 }

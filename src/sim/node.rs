@@ -336,7 +336,11 @@ impl LockNode for SimNode {
             | NodeRequest::LockQueued { .. }
             | NodeRequest::LeaveQueue { .. }
             | NodeRequest::WatchReleases { .. }
-            | NodeRequest::WatchReservations { .. } => {
+            | NodeRequest::WatchReservations { .. }
+            | NodeRequest::LockShared { .. }
+            | NodeRequest::LockExclusive { .. }
+            | NodeRequest::Proclaim { .. }
+            | NodeRequest::ReadProclamation { .. } => {
                 return async { Ok(NodeReply::Unsupported) }.boxed()
             }
         };

@@ -74,6 +74,26 @@ impl LockNode for RedisNode {
                 NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
                     NodeReply::Unsupported
                 }
+                NodeRequest::LockShared {
+                    keys,
+                    token,
+                    ttl,
+                    writer,
+                } => NodeReply::Done(self.lock_shared(keys, token, ttl, writer).await?),
+                NodeRequest::LockExclusive {
+                    keys,
+                    token,
+                    ttl,
+                    waiting,
+                } => NodeReply::Done(self.lock_exclusive(keys, token, ttl, waiting).await?),
+                NodeRequest::Proclaim {
+                    keys,
+                    token,
+                    record,
+                } => NodeReply::Done(self.proclaim(keys, token, record).await?),
+                NodeRequest::ReadProclamation { keys } => {
+                    NodeReply::Text(self.read_proclamation(keys).await?)
+                }
             };
             Ok(reply)
         }
