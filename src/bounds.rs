@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::{
     AutoExtend, Election, Leader, Leadership, LockConfig, LockError, LockFactory, LockGuard,
-    LockToken, LostSignal, NamedLock, Permit, RedisLock, Redlock, Semaphore,
+    LockToken, LostSignal, NamedLock, Permit, RedisLock, Redlock, RwLock, Semaphore,
 };
 
 fn send<T: Send>(_: &T) {}
@@ -34,6 +34,19 @@ const _: fn() = || {
     send_sync::<Election<RedisLock>>();
     send_sync::<Leadership>();
     send_sync::<Leader>();
+    send_sync::<RwLock<Redlock>>();
+    send_sync::<RwLock<RedisLock>>();
+};
+
+const _: fn(&RwLock<Redlock>) = |rwlock| {
+    send(&rwlock.try_read());
+    send(&rwlock.read());
+    send(&rwlock.read_timeout(Duration::from_secs(1)));
+    send(&rwlock.with_read(|_lost| async {}));
+    send(&rwlock.try_write());
+    send(&rwlock.write());
+    send(&rwlock.write_timeout(Duration::from_secs(1)));
+    send(&rwlock.with_write(|_lost| async {}));
 };
 
 /// The lock family's futures.

@@ -88,6 +88,18 @@
 //! [`DistributedLock::acquire_many`] locks a set of resources atomically: on each node all
 //! keys or none, the quorum rule over nodes, one guard for all.
 //!
+//! # The lock family
+//!
+//! Built on the same quorum, each with the guard, the watchdog, the lost signal and the
+//! deadlines of the mutex:
+//!
+//! - [`RwLock`]: any number of readers or one writer; a waiting writer keeps new readers
+//!   out.
+//! - [`Semaphore`]: at most K holders at once, as K permit slots that are each a mutex
+//!   (a count per node would not be safe).
+//! - [`Election`]: leader election with `campaign`, `resign` and `observe`, its terms
+//!   numbered by fencing tokens.
+//!
 //! # Errors
 //!
 //! Every failure is a [`LockError`] naming the resource and the reason:
@@ -184,6 +196,7 @@ mod redlock;
 mod resource;
 mod retry;
 mod round;
+mod rwlock;
 mod scoped;
 mod semaphore;
 mod single;
@@ -207,6 +220,7 @@ pub use lock::DistributedLock;
 pub use metrics::{LockMetrics, NodeMetrics};
 pub use redlock::Redlock;
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
+pub use rwlock::RwLock;
 pub use semaphore::{Permit, Semaphore};
 pub use single::RedisLock;
 #[cfg(feature = "tls")]

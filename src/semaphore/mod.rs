@@ -23,7 +23,6 @@ use crate::config::LockConfig;
 use crate::error::{ConfigError, LockError};
 use crate::lease::LostSignal;
 use crate::lock::DistributedLock;
-use crate::retry::retry_wait;
 
 pub use self::permit::Permit;
 
@@ -213,36 +212,8 @@ impl<L: DistributedLock> Semaphore<L> {
     }
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<Permit, LockError> {
-        let started = Instant::now();
-        let timed_out = |last: Option<LockError>| LockError::TimedOut {
-            resource: self.name.clone(),
-            waited: started.elapsed(),
-            last: last.map(Box::new),
-        };
-        let mut retries_left = self.config().retry_count();
-        let mut last_error = None;
-        loop {
-            let pass = self.try_acquire();
-            let result = match deadline {
-                None => pass.await,
-                Some(deadline) => match tokio::time::timeout_at(deadline, pass).await {
-                    Ok(result) => result,
-                    Err(_) => return Err(timed_out(last_error.take())),
-                },
-            };
-            let error = match result {
-                Err(error) if error.is_retryable() && retries_left > 0 => error,
-                result => return result,
-            };
-            let wait = retry_wait(self.config(), &mut rand::rng());
-            let wakes = Instant::now().checked_add(wait);
-            if deadline.is_some_and(|deadline| wakes.is_none_or(|wakes| wakes >= deadline)) {
-                return Err(error);
-            }
-            retries_left -= 1;
-            last_error = Some(error);
-            tokio::time::sleep(wait).await;
-        }
+        let config = self.config();
+        crate::family::retry_until(config, &self.name, deadline, || self.try_acquire()).await
     }
 }
 
