@@ -69,16 +69,29 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
     let budget = operator_timeout(global);
     let views = join_all(
         clients
-            .into_iter()
-            .map(|client| read_node(client, &key, budget)),
+            .iter()
+            .map(|client| read_node(client.clone(), &key, budget)),
     )
     .await;
+    let family =
+        crate::status_family::read(global, &args.resource, &key, args.permits, &clients, budget)
+            .await?;
     let names: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
     let quorum = quorum(names.len());
     let verdict = verdict(&views, quorum);
     let agree = agree(&views);
-    out.result(
-        &report_json(
+    let mut report = report_json(
+        &args.resource,
+        &key,
+        &names,
+        &views,
+        quorum,
+        &verdict,
+        agree,
+    );
+    family.add_json(&mut report, &names);
+    out.result(&report, || {
+        let mut text = report_text(
             &args.resource,
             &key,
             &names,
@@ -86,19 +99,10 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
             quorum,
             &verdict,
             agree,
-        ),
-        || {
-            report_text(
-                &args.resource,
-                &key,
-                &names,
-                &views,
-                quorum,
-                &verdict,
-                agree,
-            )
-        },
-    );
+        );
+        family.add_text(&mut text);
+        text
+    });
     if verdict == Verdict::Unknown {
         let failed = views
             .iter()
@@ -128,7 +132,7 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
 /// Two plain commands in one pipeline, no `MULTI`/`EXEC`: a lock's user needs no
 /// transaction rights (docs/operations.md, "ACL users"). A key that expires between the
 /// two reads (`PTTL` -2) is reported free, as it is by then.
-async fn read_node(client: redis::Client, key: &str, budget: Duration) -> NodeView {
+pub(crate) async fn read_node(client: redis::Client, key: &str, budget: Duration) -> NodeView {
     let query = async {
         let mut connection = client.get_multiplexed_async_connection().await?;
         let reply: (Option<Vec<u8>>, i64) = redis::pipe()
