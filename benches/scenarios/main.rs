@@ -13,6 +13,7 @@
 //! the per-repetition ratios (the two runs of a repetition are back to back).
 
 mod clients;
+mod family;
 mod load;
 mod machine;
 mod memory;
@@ -175,6 +176,8 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         cluster.flush_all().await.expect("flush the nodes");
     }
     drop(proxy);
+    let (family_tables, family_failures) = family::run(&options, &direct).await;
+    failures.extend(family_failures);
 
     let memory = if options.wants("mem") {
         println!("== memory: {} locks held and auto-extended", options.locks);
@@ -210,7 +213,7 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
             .unwrap_or_default(),
         wall: started.elapsed(),
     };
-    let tables = report.markdown();
+    let tables = report.markdown() + &family_tables;
     println!("\n{tables}");
 
     let plots = options.plots.clone().or_else(|| {
