@@ -444,7 +444,7 @@ fn is_broken(err: &RedisError) -> bool {
 }
 
 /// Whether `err` means the node could not be reached (rather than that it answered).
-pub(super) fn is_unreachable(err: &RedisError) -> bool {
+pub(crate) fn is_unreachable(err: &RedisError) -> bool {
     err.is_io_error()
         || err.is_connection_refusal()
         || err.is_connection_dropped()

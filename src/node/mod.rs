@@ -18,7 +18,7 @@
 
 mod address;
 mod identity;
-mod link;
+pub(crate) mod link;
 mod redis;
 mod releases;
 mod request;
@@ -26,6 +26,7 @@ pub(crate) mod scripts;
 mod silence;
 mod unawaited;
 mod watch;
+pub(crate) mod wire;
 
 use std::fmt;
 use std::future::Future;

@@ -2,7 +2,6 @@
 //! multiplexed connection.
 
 mod commands;
-mod family;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,8 +14,8 @@ use tokio::time::Instant;
 
 use super::identity::{Admission, Rejection};
 use super::link::{is_unreachable, Link, LinkSettings};
-use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX};
-use super::scripts::{NodeScripts, Resend, ScriptCall};
+use super::releases::ReleaseListener;
+use super::scripts::{CachedScript, NodeScripts, Resend};
 use super::unawaited::{Awaited, Bounds, Keep, Request, Unawaited};
 use super::{client_name, redact_url};
 use crate::config::LockConfig;
@@ -222,27 +221,27 @@ impl RedisNode {
         result
     }
 
-    /// Runs `call` and returns its integer reply, loading the script when the node lost
-    /// it. For the lock scripts: a lock call dropped midway took nothing, and need not go
-    /// on.
-    async fn run_script(&self, call: &ScriptCall<'_>) -> Result<u64, NodeError> {
-        let command = call.command();
-        let reply = call
-            .script()
-            .invoke(&command, Resend::AfterReload, |command| {
+    /// Runs `command`, a call of `script`, and returns its reply, loading the script when
+    /// the node lost it. For the lock scripts: a lock call dropped midway took nothing, and
+    /// need not go on.
+    async fn run_script(&self, script: &CachedScript, command: &Cmd) -> redis::RedisResult<Value> {
+        script
+            .invoke(command, Resend::AfterReload, |command| {
                 self.query::<Value>(command.clone())
             })
-            .await;
-        self.integer(reply)
+            .await
     }
 
     /// Runs a script that is safe to repeat (compare-and-delete, compare-and-pexpire, leave
     /// a queue, raise a counter) to its end once started, whether or not this future is
     /// still awaited, reload and one reconnect included: an unlock that never arrives would
     /// leave our key on that node for a whole TTL.
-    async fn run_repeatable_script(&self, call: &ScriptCall<'_>) -> Result<u64, NodeError> {
-        let command = call.command();
-        let script = Arc::clone(call.script());
+    async fn run_repeatable_script(
+        &self,
+        script: &Arc<CachedScript>,
+        command: Cmd,
+    ) -> redis::RedisResult<Value> {
+        let script = Arc::clone(script);
         let link = Arc::clone(&self.link);
         let made = Instant::now();
         let request: Request = Box::pin(async move {
@@ -257,42 +256,7 @@ impl RedisNode {
                 })
                 .await
         });
-        let reply = self.await_request(request, made, Keep::Always).await;
-        self.integer(reply)
-    }
-
-    /// A script's integer reply.
-    fn integer(&self, reply: redis::RedisResult<Value>) -> Result<u64, NodeError> {
-        let reply = reply.map_err(|err| self.node_error(err))?;
-        redis::from_redis_value(reply).map_err(|err| self.node_error(err.into()))
-    }
-
-    /// The channel prefix the scripts announce releases on; empty when they must not.
-    fn channel_prefix(&self) -> &'static str {
-        if self.announce_releases {
-            RELEASE_CHANNEL_PREFIX
-        } else {
-            ""
-        }
-    }
-
-    /// The values of `keys` (`GET` for one, `MGET` for several).
-    async fn values(&self, keys: &[Arc<str>]) -> Result<Vec<Option<String>>, NodeError> {
-        let mut command = redis::cmd(if keys.len() == 1 { "GET" } else { "MGET" });
-        for key in keys {
-            command.arg(&**key);
-        }
-        if keys.len() == 1 {
-            let value: Option<String> = self
-                .query(command)
-                .await
-                .map_err(|err| self.node_error(err))?;
-            Ok(vec![value])
-        } else {
-            self.query(command)
-                .await
-                .map_err(|err| self.node_error(err))
-        }
+        self.await_request(request, made, Keep::Always).await
     }
 }
 

@@ -4,9 +4,10 @@
 //! the token" and "only the waiter it is reserved for" hold there.
 //!
 //! A call ([`ScriptCall`]) is one command, `EVALSHA` once the node is known to have the
-//! script and `EVAL` until then ([`NodeScript`]); a node that lost its scripts (a restart,
+//! script and `EVAL` until then ([`CachedScript`]); a node that lost its scripts (a restart,
 //! a `SCRIPT FLUSH`) answers `NOSCRIPT`, and the script is loaded and called again
-//! ([`NodeScript::invoke`]).
+//! ([`CachedScript::invoke`]). Which script a request calls, with which KEYS and ARGV, is
+//! decided once for every node in [`wire`](super::wire).
 //!
 //! # Keys on a node
 //!
@@ -28,7 +29,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use redis::{Cmd, ErrorKind, RedisResult, RedisWrite, Script, ServerErrorKind, Value};
 
@@ -50,38 +51,143 @@ pub(crate) const DEADLINES_PREFIX: &str = "quorumlock:waiter-deadlines:";
 /// prefix and the key.
 pub(crate) const WATCHED_PREFIX: &str = "quorumlock:watched:";
 
-/// The node's scripts, each with whether the node is known to have it cached.
-pub(super) struct NodeScripts {
-    pub(super) lock: Arc<NodeScript>,
-    pub(super) lock_watching: Arc<NodeScript>,
-    pub(super) lock_queued: Arc<NodeScript>,
-    pub(super) lock_queued_many: Arc<NodeScript>,
-    pub(super) unlock: Arc<NodeScript>,
-    pub(super) leave_queue: Arc<NodeScript>,
-    pub(super) extend: Arc<NodeScript>,
-    pub(super) raise_counter: Arc<NodeScript>,
-    pub(super) lock_shared: Arc<NodeScript>,
-    pub(super) lock_exclusive: Arc<NodeScript>,
-    pub(super) proclaim: Arc<NodeScript>,
+/// One of the Lua scripts a node runs, by name: its text ([`source`](Self::source)) and the
+/// keys it takes after the lock keys ([`KeyLayout`]), which together with the arguments
+/// that [`wire`](super::wire) gives each request are everything a node sends. A script
+/// added here (a variant, its source, its layout, and its place in [`ALL`](Self::ALL)) is
+/// cached, sent and reloaded by every node, real or simulated, with no other change.
+// Public as `quorumlock::sim::NodeScript` (feature `test-util`), crate-internal otherwise.
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeScript {
+    /// Takes every key, only if none exists (a lock over several keys; one key goes through
+    /// `SET NX PX`). ARGV: token, TTL in ms.
+    Lock,
+    /// As `Lock`, and when refused marks the first key as watched. ARGV: token, TTL in ms,
+    /// interest in ms.
+    LockWatching,
+    /// As `Lock` for a queued waiter for one key. ARGV: token, TTL in ms, waiter id,
+    /// ticket, place lifetime in ms.
+    LockQueued,
+    /// As `LockQueued` for several keys. ARGV: as `LockQueued`, then the channel prefix.
+    LockQueuedMany,
+    /// Deletes the keys that hold the token and hands each to its next waiter. ARGV: token,
+    /// channel prefix.
+    Unlock,
+    /// Takes a waiter out of the keys' queues. ARGV: waiter id, channel prefix.
+    LeaveQueue,
+    /// Sets every key's TTL, only if all hold the token. ARGV: token, TTL in ms.
+    Extend,
+    /// Raises fencing counters to a value unless higher. ARGV: the value.
+    RaiseCounter,
+    /// Takes a reader's entry of a read-write lock. KEYS: the entry, the write side, the
+    /// reader list, the writer-waiting mark. ARGV: token, TTL in ms.
+    LockShared,
+    /// Takes the write side of a read-write lock. KEYS: the write side, the reader list,
+    /// the writer-waiting mark. ARGV: token, TTL in ms, waiting time in ms (0: none).
+    LockExclusive,
+    /// Writes an election leader's record while its lock key holds its token. KEYS: the
+    /// lock key, the record. ARGV: token, record.
+    Proclaim,
+}
+
+/// The keys a script takes after the lock keys of its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyLayout {
+    /// None.
+    LockKeys,
+    /// The first lock key's watch marker.
+    FirstMarker,
+    /// Each lock key's queue and deadlines, in the keys' order.
+    Queues,
+    /// Each lock key's queue and deadlines, then each one's watch marker.
+    QueuesAndMarkers,
+}
+
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))]
+impl NodeScript {
+    /// Every script, in the order the node's scripts are listed.
+    pub const ALL: [NodeScript; 11] = [
+        NodeScript::Lock,
+        NodeScript::LockWatching,
+        NodeScript::LockQueued,
+        NodeScript::LockQueuedMany,
+        NodeScript::Unlock,
+        NodeScript::LeaveQueue,
+        NodeScript::Extend,
+        NodeScript::RaiseCounter,
+        NodeScript::LockShared,
+        NodeScript::LockExclusive,
+        NodeScript::Proclaim,
+    ];
+
+    /// The script's Lua source, exactly as the node sends it.
+    pub fn source(self) -> &'static str {
+        match self {
+            NodeScript::Lock => LOCK,
+            NodeScript::LockWatching => LOCK_WATCHING,
+            NodeScript::LockQueued => LOCK_QUEUED,
+            NodeScript::LockQueuedMany => LOCK_QUEUED_MANY,
+            NodeScript::Unlock => UNLOCK,
+            NodeScript::LeaveQueue => LEAVE_QUEUE,
+            NodeScript::Extend => EXTEND,
+            NodeScript::RaiseCounter => RAISE_COUNTER,
+            NodeScript::LockShared => LOCK_SHARED,
+            NodeScript::LockExclusive => LOCK_EXCLUSIVE,
+            NodeScript::Proclaim => PROCLAIM,
+        }
+    }
+
+    /// The script's SHA-1, by which `EVALSHA` names it: computed once per process.
+    pub fn sha1(self) -> &'static str {
+        static HASHES: OnceLock<Vec<String>> = OnceLock::new();
+        let hashes = HASHES.get_or_init(|| {
+            NodeScript::ALL
+                .iter()
+                .map(|name| Script::new(name.source()).get_hash().to_owned())
+                .collect()
+        });
+        &hashes[self as usize]
+    }
+
+    /// The keys the script takes after the lock keys.
+    pub(crate) fn layout(self) -> KeyLayout {
+        match self {
+            NodeScript::Lock | NodeScript::Extend | NodeScript::RaiseCounter => KeyLayout::LockKeys,
+            // Their whole KEYS come from `wire`, with the family's prefixes.
+            NodeScript::LockShared | NodeScript::LockExclusive | NodeScript::Proclaim => {
+                KeyLayout::LockKeys
+            }
+            NodeScript::LockWatching => KeyLayout::FirstMarker,
+            NodeScript::LockQueued => KeyLayout::Queues,
+            NodeScript::LockQueuedMany | NodeScript::Unlock | NodeScript::LeaveQueue => {
+                KeyLayout::QueuesAndMarkers
+            }
+        }
+    }
+}
+
+/// The node's scripts, each with whether the node is known to have it cached: one set per
+/// connection to a node (a node that lost its scripts is reloaded from here).
+pub(crate) struct NodeScripts {
+    scripts: Vec<Arc<CachedScript>>,
 }
 
 impl NodeScripts {
     /// Every script, none known to be cached yet.
-    pub(super) fn new() -> Self {
-        let script = |code| Arc::new(NodeScript::new(code));
+    pub(crate) fn new() -> Self {
         NodeScripts {
-            lock: script(LOCK),
-            lock_watching: script(LOCK_WATCHING),
-            lock_queued: script(LOCK_QUEUED),
-            lock_queued_many: script(LOCK_QUEUED_MANY),
-            unlock: script(UNLOCK),
-            leave_queue: script(LEAVE_QUEUE),
-            extend: script(EXTEND),
-            raise_counter: script(RAISE_COUNTER),
-            lock_shared: script(LOCK_SHARED),
-            lock_exclusive: script(LOCK_EXCLUSIVE),
-            proclaim: script(PROCLAIM),
+            scripts: NodeScript::ALL
+                .iter()
+                .map(|name| Arc::new(CachedScript::new(*name)))
+                .collect(),
         }
+    }
+
+    /// The script `name`.
+    pub(crate) fn get(&self, name: NodeScript) -> &Arc<CachedScript> {
+        // `new` made one per name, in the order of `ALL`, whose order the enum follows.
+        &self.scripts[name as usize]
     }
 }
 
@@ -91,25 +197,21 @@ impl NodeScripts {
 /// Either way a call is one command: a request that nobody awaits any more (a lock request
 /// still in flight when a quorum already granted the lock) runs to its end once sent,
 /// instead of stopping at a `NOSCRIPT` answer that nobody is there to act on.
-pub(super) struct NodeScript {
-    script: Script,
-    code: &'static str,
+pub(crate) struct CachedScript {
+    name: NodeScript,
     /// Whether the node answered a call of this script (and so has it cached).
     cached: AtomicBool,
-    /// `SCRIPT LOAD` of the script, for a node that lost it.
-    load: Cmd,
+    /// `SCRIPT LOAD` of the script, made for a node that lost it.
+    load: OnceLock<Cmd>,
 }
 
-impl NodeScript {
-    /// The script of `code`, not known to be cached on the node yet.
-    pub(super) fn new(code: &'static str) -> Self {
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(code);
-        NodeScript {
-            script: Script::new(code),
-            code,
+impl CachedScript {
+    /// The script `name`, not known to be cached on the node yet.
+    pub(crate) fn new(name: NodeScript) -> Self {
+        CachedScript {
+            name,
             cached: AtomicBool::new(false),
-            load,
+            load: OnceLock::new(),
         }
     }
 
@@ -118,7 +220,7 @@ impl NodeScript {
     /// script is loaded and the call sent again, once. With [`Resend::AlsoAfterReconnect`]
     /// the call is also sent once more when the connection broke: the first command after
     /// a reset fails while the connection is re-made.
-    pub(super) async fn invoke<'c, S, F>(
+    pub(crate) async fn invoke<'c, S, F>(
         &'c self,
         command: &'c Cmd,
         resend: Resend,
@@ -137,7 +239,12 @@ impl NodeScript {
                 {
                     reloaded = true;
                     self.cached.store(false, Ordering::Relaxed);
-                    send(&self.load).await?;
+                    let load = self.load.get_or_init(|| {
+                        let mut load = redis::cmd("SCRIPT");
+                        load.arg("LOAD").arg(self.name.source());
+                        load
+                    });
+                    send(load).await?;
                 }
                 Err(err) if !reconnected && is_unreachable(&err) => reconnected = true,
                 Ok(reply) => {
@@ -152,7 +259,7 @@ impl NodeScript {
 
 /// When a script call that failed is sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Resend {
+pub(crate) enum Resend {
     /// Once, after loading the script the node lost: for the lock scripts, since a lock
     /// call dropped midway took nothing and need not go on.
     AfterReload,
@@ -161,68 +268,43 @@ pub(super) enum Resend {
     AlsoAfterReconnect,
 }
 
-/// One call of a node script: the script, the lock keys, the extra keys the script takes
-/// for them, and the arguments.
-pub(super) struct ScriptCall<'a> {
-    script: &'a Arc<NodeScript>,
+/// One call of a node script: the script, the lock keys (followed by the extra keys its
+/// [`KeyLayout`] names), and the arguments.
+pub(crate) struct ScriptCall<'a> {
+    script: &'a Arc<CachedScript>,
     keys: &'a [Arc<str>],
-    /// The lock keys whose queue keys (waiters and deadlines of each) follow `keys`.
-    queues_of: &'a [Arc<str>],
-    /// The lock keys whose watch markers follow the queue keys.
-    markers_of: &'a [Arc<str>],
     args: &'a [&'a str],
 }
 
 impl<'a> ScriptCall<'a> {
-    /// A call of `script` on `keys` with `args`, and no queue keys or markers.
-    pub(super) fn new(
-        script: &'a Arc<NodeScript>,
+    /// A call of `script` on `keys` with `args`.
+    pub(crate) fn new(
+        script: &'a Arc<CachedScript>,
         keys: &'a [Arc<str>],
         args: &'a [&'a str],
     ) -> Self {
-        ScriptCall {
-            script,
-            keys,
-            queues_of: &[],
-            markers_of: &[],
-            args,
-        }
-    }
-
-    /// The script called.
-    pub(super) fn script(&self) -> &'a Arc<NodeScript> {
-        self.script
-    }
-
-    /// The call, with the queue keys of `keys` after the lock keys.
-    pub(super) fn with_queues_of(mut self, keys: &'a [Arc<str>]) -> Self {
-        self.queues_of = keys;
-        self
-    }
-
-    /// The call, with the watch markers of `keys` after the queue keys.
-    pub(super) fn with_markers_of(mut self, keys: &'a [Arc<str>]) -> Self {
-        self.markers_of = keys;
-        self
+        ScriptCall { script, keys, args }
     }
 
     /// The call as one pre-sized command: `EVALSHA` and the hash (or, until the node is
     /// known to have the script, `EVAL` and its code), the key count, the lock keys, the
     /// queue keys, the watch markers, then the arguments. It saves the script invocation's
     /// intermediate vectors and strings on every call.
-    pub(super) fn command(&self) -> Cmd {
-        let ScriptCall {
-            script,
-            keys,
-            queues_of,
-            markers_of,
-            args,
-        } = *self;
+    pub(crate) fn command(&self) -> Cmd {
+        let ScriptCall { script, keys, args } = *self;
+        let first = &keys[..keys.len().min(1)];
+        let (queues_of, markers_of): (&[Arc<str>], &[Arc<str>]) = match script.name.layout() {
+            KeyLayout::LockKeys => (&[], &[]),
+            KeyLayout::FirstMarker => (&[], first),
+            KeyLayout::Queues => (keys, &[]),
+            KeyLayout::QueuesAndMarkers => (keys, keys),
+        };
         let key_count = keys.len() + 2 * queues_of.len() + markers_of.len();
         let key_bytes = |keys: &[Arc<str>]| keys.iter().map(|key| key.len()).sum::<usize>();
         let cached = script.cached.load(Ordering::Relaxed);
+        let code = script.name.source();
         let bytes = 64
-            + if cached { 0 } else { script.code.len() }
+            + if cached { 0 } else { code.len() }
             + key_bytes(keys)
             + 2 * key_bytes(queues_of)
             + queues_of.len() * (QUEUE_PREFIX.len() + DEADLINES_PREFIX.len())
@@ -231,9 +313,9 @@ impl<'a> ScriptCall<'a> {
             + args.iter().map(|arg| arg.len()).sum::<usize>();
         let mut call = Cmd::with_capacity(3 + key_count + args.len(), bytes);
         if cached {
-            call.arg("EVALSHA").arg(script.script.get_hash());
+            call.arg("EVALSHA").arg(script.name.sha1());
         } else {
-            call.arg("EVAL").arg(script.code);
+            call.arg("EVAL").arg(code);
         }
         call.arg(key_count);
         for key in keys {

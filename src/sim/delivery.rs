@@ -1,25 +1,48 @@
-//! How a request reaches a [`SimNode`] and its reply comes back: logged when sent, delayed
-//! in order, applied to the store unless a fault says otherwise, and answered (or not) as
-//! the faults dictate. A request in flight lands even if its caller stopped waiting.
+//! How a request reaches a [`SimNode`] and its reply comes back, as a Redis node's request
+//! does: [`wire`] makes it the command or script call a Redis node sends; the script
+//! cache's `EVALSHA` / `NOSCRIPT` / `SCRIPT LOAD` exchange runs through the client code a
+//! Redis node uses ([`CachedScript::invoke`]); each command goes over the handle's
+//! connection (made first when cold, delayed in order), runs on the node's [`ScriptHost`]
+//! unless a fault says otherwise, and is answered (or not) as the faults dictate. A
+//! request in flight lands even if its caller stopped waiting.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
+use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::log::{Op, OpRecord, Outcome, Reply};
-use super::node::SimNode;
+use super::log::{Applied, Op, OpRecord, Outcome, Reply, Stored};
+use super::node::{stored, SimNode};
+use super::server::{ScriptHost, ServerReply};
 use crate::error::NodeError;
-use crate::node::NodeReply;
+use crate::node::link::is_unreachable;
+use crate::node::scripts::{CachedScript, Resend};
+use crate::node::wire::{wire, Read, Wire};
+use crate::node::{NodeReply, NodeRequest};
 use crate::token::LockToken;
 
-/// What happened when a request reached the node.
+/// What one command of a request is, for the log.
+#[derive(Clone)]
+enum Sending {
+    /// The request's own command: its reply read with `read`; the log shows the values of
+    /// `keys` (the fencing counters at `keys`, when `counters`) before and after.
+    Request {
+        read: Read,
+        keys: Arc<[Arc<str>]>,
+        counters: bool,
+    },
+    /// `SCRIPT LOAD` of the request's script, after a `NOSCRIPT`.
+    Load,
+}
+
+/// What happened when a command reached the node.
 enum Delivery {
-    Failed(NodeError),
+    Failed(RedisError),
     Dropped,
-    Applied {
-        answer: NodeReply,
+    Answered {
+        reply: ServerReply,
         generation: u64,
         reply_delay: Duration,
         lose_reply: bool,
@@ -27,58 +50,141 @@ enum Delivery {
 }
 
 impl SimNode {
-    /// Sends one command: logs it, delivers it (now or after the request delay), and
-    /// answers as the node's faults dictate.
-    pub(super) async fn request(
+    /// Carries out `request` as a Redis node does: the same command or script call, sent
+    /// over this handle's connection, logged as one record.
+    pub(super) async fn request(&self, request: NodeRequest<'_>) -> Result<NodeReply, NodeError> {
+        let announce = false;
+        let (command, script, resend, read) =
+            match wire(request, &self.connection.scripts, announce)? {
+                Wire::Command { command, read } => (command, None, Resend::AfterReload, read),
+                Wire::Script {
+                    script,
+                    command,
+                    resend,
+                    read,
+                } => (command, Some(Arc::clone(script)), resend, read),
+                // Nobody subscribes to a simulated node's announcements.
+                Wire::WatchReleases(_) | Wire::WatchReservations(_) | Wire::Unsupported => {
+                    return Ok(NodeReply::Unsupported)
+                }
+            };
+        let (op, keys, token, waiter) = describe(&request);
+        let sending = Sending::Request {
+            read: read.clone(),
+            keys: keys.into(),
+            counters: matches!(op, Op::ReadCounter | Op::RaiseCounter { .. }),
+        };
+        let index = self.open_record(op, keys, token, waiter);
+        let reply = match script {
+            None => self.send(index, &command, sending).await,
+            Some(script) if resend == Resend::AfterReload => {
+                run_script(self.clone(), script, command, resend, index, sending).await
+            }
+            // Safe to repeat, and leaves state behind if it never arrives: driven to its end
+            // whether or not the caller still waits, as a Redis node does.
+            Some(script) => {
+                let run = run_script(self.clone(), script, command, resend, index, sending);
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => {
+                        let (sender, receiver) = oneshot::channel();
+                        drop(runtime.spawn(async move {
+                            let _ = sender.send(run.await);
+                        }));
+                        match receiver.await {
+                            Ok(reply) => reply,
+                            // The runtime is shutting down: nothing will ever answer.
+                            Err(_) => std::future::pending().await,
+                        }
+                    }
+                    Err(_) => run.await,
+                }
+            }
+        };
+        read.reply(reply.map_err(node_error)?)
+    }
+
+    /// Logs a request as sent now, in flight.
+    fn open_record(
         &self,
         op: Op,
         keys: &[Arc<str>],
         token: Option<&LockToken>,
-    ) -> Result<NodeReply, NodeError> {
+        waiter: Option<&LockToken>,
+    ) -> usize {
+        let mut state = self.lock();
+        state.log.push(OpRecord {
+            client: self.client.clone(),
+            op,
+            keys: keys.iter().map(|key| key.to_string()).collect(),
+            token: token.cloned(),
+            waiter: waiter.cloned(),
+            sent_at: Instant::now(),
+            outcome: Outcome::InFlight,
+            earlier: Vec::new(),
+            script_loads: 0,
+        });
+        state.log.len() - 1
+    }
+
+    /// Sends one command of the request logged at `index` over this handle's connection,
+    /// and answers as the node's faults dictate.
+    async fn send(&self, index: usize, command: &Cmd, sending: Sending) -> RedisResult<Value> {
+        let args: Vec<Vec<u8>> = command
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
         let sent_at = Instant::now();
-        let (index, arrival) = {
+        let arrival = {
             let mut state = self.lock();
-            let index = state.log.len();
-            let outcome = if state.up {
-                Outcome::InFlight
-            } else {
-                Outcome::Failed {
-                    at: sent_at,
-                    error: refused(),
+            let state = &mut *state;
+            if let Some(record) = state.log.get_mut(index) {
+                // A sending after the first: the last one's fate becomes history.
+                if record.outcome != Outcome::InFlight {
+                    let last = std::mem::replace(&mut record.outcome, Outcome::InFlight);
+                    record.earlier.push(last);
                 }
-            };
-            let down = !state.up;
-            state.log.push(OpRecord {
-                client: self.client.clone(),
-                op,
-                keys: keys.iter().map(|key| key.to_string()).collect(),
-                token: token.cloned(),
-                sent_at,
-                outcome,
-            });
-            if down {
+            }
+            if !state.up {
                 // Nothing listens: the connection is refused at once.
+                set_outcome(&mut state.log, index, failed(sent_at, &refused()));
                 return Err(refused());
             }
-            let earliest = sent_at + state.request_delay;
-            let arrival = state
+            let mut order = self
+                .connection
+                .order
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // A connection made before a crash or restart is broken: made again.
+            let up_at = match order.made {
+                Some((generation, at)) if generation == state.generation => at,
+                _ => {
+                    let at = sent_at + state.connect_delay;
+                    order.made = Some((state.generation, at));
+                    at
+                }
+            };
+            let earliest = (sent_at + state.request_delay).max(up_at);
+            let arrival = order
                 .last_arrival
                 .map_or(earliest, |last| last.max(earliest));
-            state.last_arrival = Some(arrival);
-            (index, arrival)
+            order.last_arrival = Some(arrival);
+            arrival
         };
 
         let delivery = if arrival <= sent_at {
-            self.deliver(index, op, keys, token)
+            self.deliver(index, &args, &sending)
         } else {
-            self.deliver_later(index, op, keys, token, arrival).await
+            self.deliver_later(index, args, sending, arrival).await
         };
 
         match delivery {
             Delivery::Failed(error) => Err(error),
             Delivery::Dropped => std::future::pending().await,
-            Delivery::Applied {
-                answer,
+            Delivery::Answered {
+                reply,
                 generation,
                 reply_delay,
                 lose_reply,
@@ -92,49 +198,57 @@ impl SimNode {
                 let now = Instant::now();
                 let mut state = self.lock();
                 let reset = state.generation != generation;
-                if let Some(Outcome::Applied(applied)) =
-                    state.log.get_mut(index).map(|record| &mut record.outcome)
-                {
-                    applied.reply = if reset {
-                        Reply::Reset { at: now }
-                    } else {
-                        Reply::Sent { at: now }
-                    };
+                if let Some(record) = state.log.get_mut(index) {
+                    match &mut record.outcome {
+                        Outcome::Applied(applied) => {
+                            applied.reply = if reset {
+                                Reply::Reset { at: now }
+                            } else {
+                                Reply::Sent { at: now }
+                            };
+                        }
+                        Outcome::Failed { at, error } => {
+                            *at = now;
+                            if reset {
+                                *error = node_error(self::reset());
+                            }
+                        }
+                        // A script loaded: the call goes again next.
+                        outcome @ Outcome::InFlight if reset => {
+                            *outcome = failed(now, &self::reset())
+                        }
+                        _ => {}
+                    }
                 }
                 if reset {
-                    Err(NodeError::Connection(
-                        "connection reset: the node restarted".to_owned(),
-                    ))
+                    Err(self::reset())
                 } else {
-                    Ok(answer)
+                    reply.to_value().extract_error()
                 }
             }
         }
     }
 
-    /// Delivers the request at `arrival` from a task of its own, so that it lands even if
+    /// Delivers the command at `arrival` from a task of its own, so that it lands even if
     /// the caller stops waiting.
     async fn deliver_later(
         &self,
         index: usize,
-        op: Op,
-        keys: &[Arc<str>],
-        token: Option<&LockToken>,
+        args: Vec<Vec<u8>>,
+        sending: Sending,
         arrival: Instant,
     ) -> Delivery {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Delivery::Failed(NodeError::Connection(
-                "a simulated request delay needs a tokio runtime".to_owned(),
+            return Delivery::Failed(not_connected(
+                "a simulated request delay needs a tokio runtime",
             ));
         };
         let (sender, receiver) = oneshot::channel();
         let node = self.clone();
-        let keys = keys.to_vec();
-        let token = token.cloned();
         drop(runtime.spawn(async move {
             tokio::time::sleep_until(arrival).await;
-            let delivery = node.deliver(index, op, &keys, token.as_ref());
-            // The caller may have stopped waiting; the request landed all the same.
+            let delivery = node.deliver(index, &args, &sending);
+            // The caller may have stopped waiting; the command landed all the same.
             let _ = sender.send(delivery);
         }));
         match receiver.await {
@@ -144,67 +258,220 @@ impl SimNode {
         }
     }
 
-    /// The request reaches the node now: applies it unless a fault says otherwise, and
-    /// logs what happened.
-    fn deliver(
-        &self,
-        index: usize,
-        op: Op,
-        keys: &[Arc<str>],
-        token: Option<&LockToken>,
-    ) -> Delivery {
+    /// The command reaches the node now: runs it unless a fault says otherwise, and logs
+    /// what happened.
+    fn deliver(&self, index: usize, args: &[Vec<u8>], sending: &Sending) -> Delivery {
         let at = Instant::now();
         let mut state = self.lock();
-        let (outcome, delivery) = if !state.up {
-            let error = refused();
-            (
-                Outcome::Failed {
-                    at,
-                    error: error.clone(),
-                },
-                Delivery::Failed(error),
-            )
-        } else if state.lose_replies {
-            (Outcome::Dropped { at }, Delivery::Dropped)
-        } else {
-            let node_time = state.clock.read(at);
-            match state.store.apply(at, node_time, op, keys, token) {
-                Ok(mut applied) => {
-                    let lose_reply = state.apply_but_lose_reply;
-                    if lose_reply {
-                        applied.reply = Reply::Lost;
-                    }
-                    let answer = match applied.count {
-                        Some(count) => NodeReply::Counter(count),
-                        None => NodeReply::Done(applied.result),
-                    };
-                    (
-                        Outcome::Applied(applied),
-                        Delivery::Applied {
-                            answer,
-                            generation: state.generation,
-                            reply_delay: state.reply_delay,
-                            lose_reply,
-                        },
-                    )
+        let state = &mut *state;
+        if !state.up {
+            set_outcome(&mut state.log, index, failed(at, &refused()));
+            return Delivery::Failed(refused());
+        }
+        if state.lose_replies {
+            set_outcome(&mut state.log, index, Outcome::Dropped { at });
+            return Delivery::Dropped;
+        }
+        let node_time = state.clock.read(at);
+        let lose_reply = state.apply_but_lose_reply;
+        let reply = match sending {
+            Sending::Load => {
+                let reply = state.server.execute(node_time, args);
+                if let Some(record) = state.log.get_mut(index) {
+                    record.script_loads += 1;
                 }
-                Err(error) => (
-                    Outcome::Failed {
+                if lose_reply {
+                    // The call waits for the load's answer, which never comes.
+                    set_outcome(&mut state.log, index, Outcome::Dropped { at });
+                }
+                reply
+            }
+            Sending::Request {
+                read,
+                keys,
+                counters,
+            } => {
+                let (before, counters_before) = snapshot(&state.server, keys, *counters, node_time);
+                let reply = state.server.execute(node_time, args);
+                // Nobody subscribes to a simulated node.
+                drop(state.server.keyspace_mut().take_published());
+                let (after, counters_after) = snapshot(&state.server, keys, *counters, node_time);
+                let outcome = match &reply {
+                    ServerReply::Error(message) => Outcome::Failed {
                         at,
-                        error: error.clone(),
+                        error: NodeError::Redis(message.clone()),
                     },
-                    Delivery::Failed(error),
-                ),
+                    answer => {
+                        let (result, count) = match read.reply(answer.to_value()) {
+                            Ok(NodeReply::Done(done)) => (done, None),
+                            Ok(NodeReply::Counter(count)) => (true, Some(count)),
+                            _ => (true, None),
+                        };
+                        Outcome::Applied(Applied {
+                            at,
+                            node_time,
+                            result,
+                            count,
+                            before,
+                            after,
+                            counters_before,
+                            counters_after,
+                            reply: if lose_reply {
+                                Reply::Lost
+                            } else {
+                                Reply::Pending
+                            },
+                        })
+                    }
+                };
+                set_outcome(&mut state.log, index, outcome);
+                reply
             }
         };
-        if let Some(record) = state.log.get_mut(index) {
-            record.outcome = outcome;
+        Delivery::Answered {
+            reply,
+            generation: state.generation,
+            reply_delay: state.reply_delay,
+            lose_reply,
         }
-        delivery
+    }
+}
+
+/// Runs a script call through the client code of a Redis node: `NOSCRIPT` loads the
+/// script and sends the call again; with [`Resend::AlsoAfterReconnect`], a broken
+/// connection sends it once more.
+async fn run_script(
+    node: SimNode,
+    script: Arc<CachedScript>,
+    command: Cmd,
+    resend: Resend,
+    index: usize,
+    sending: Sending,
+) -> RedisResult<Value> {
+    script
+        .invoke(&command, resend, |command| {
+            let load = command
+                .args_iter()
+                .next()
+                .is_some_and(|name| matches!(name, redis::Arg::Simple(b"SCRIPT")));
+            let sending = if load { Sending::Load } else { sending.clone() };
+            let node = node.clone();
+            let command = command.clone();
+            async move { node.send(index, &command, sending).await }
+        })
+        .await
+}
+
+/// What the log shows of `request`: its command, keys, token and waiter.
+fn describe<'a>(
+    request: &NodeRequest<'a>,
+) -> (
+    Op,
+    &'a [Arc<str>],
+    Option<&'a LockToken>,
+    Option<&'a LockToken>,
+) {
+    match *request {
+        NodeRequest::Lock { keys, token, ttl } => (Op::Lock { ttl }, keys, Some(token), None),
+        NodeRequest::Unlock { keys, token } => (Op::Unlock, keys, Some(token), None),
+        NodeRequest::Extend { keys, token, ttl } => (Op::Extend { ttl }, keys, Some(token), None),
+        NodeRequest::Holds { keys, token } => (Op::Holds, keys, Some(token), None),
+        NodeRequest::ReadCounter { keys } => (Op::ReadCounter, keys, None, None),
+        NodeRequest::RaiseCounter { keys, value } => (Op::RaiseCounter { value }, keys, None, None),
+        NodeRequest::LockWatching {
+            keys, token, ttl, ..
+        } => (Op::LockWatching { ttl }, keys, Some(token), None),
+        NodeRequest::LockQueued {
+            keys,
+            token,
+            ttl,
+            place,
+        } => (
+            Op::LockQueued { ttl },
+            keys,
+            Some(token),
+            Some(&place.waiter),
+        ),
+        NodeRequest::LeaveQueue { keys, waiter } => (Op::LeaveQueue, keys, None, Some(waiter)),
+        NodeRequest::LockShared {
+            keys, token, ttl, ..
+        } => (Op::LockShared { ttl }, keys, Some(token), None),
+        NodeRequest::LockExclusive {
+            keys, token, ttl, ..
+        } => (Op::LockExclusive { ttl }, keys, Some(token), None),
+        NodeRequest::Proclaim { keys, token, .. } => (Op::Proclaim, keys, Some(token), None),
+        NodeRequest::ReadProclamation { keys } => (Op::ReadProclamation, keys, None, None),
+        NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
+            unreachable!("a watch sends no command")
+        }
+    }
+}
+
+/// The lock values under `keys`, or (`counters`) the fencing counters at them, 0 where
+/// absent.
+fn snapshot(
+    server: &ScriptHost,
+    keys: &[Arc<str>],
+    counters: bool,
+    now: Duration,
+) -> (Vec<Option<Stored>>, Vec<u64>) {
+    if counters {
+        let values = keys
+            .iter()
+            .map(|key| {
+                stored(server, key, now)
+                    .and_then(|value| value.token.as_str().parse().ok())
+                    .unwrap_or(0)
+            })
+            .collect();
+        (Vec::new(), values)
+    } else {
+        let values = keys.iter().map(|key| stored(server, key, now)).collect();
+        (values, Vec::new())
+    }
+}
+
+fn set_outcome(log: &mut [OpRecord], index: usize, outcome: Outcome) {
+    if let Some(record) = log.get_mut(index) {
+        record.outcome = outcome;
+    }
+}
+
+fn failed(at: Instant, error: &RedisError) -> Outcome {
+    Outcome::Failed {
+        at,
+        error: node_error(error.clone()),
+    }
+}
+
+/// A Redis client's error as the lock sees it.
+fn node_error(error: RedisError) -> NodeError {
+    if is_unreachable(&error) {
+        NodeError::Connection(error.to_string())
+    } else {
+        NodeError::Redis(error.to_string())
     }
 }
 
 /// What a client sees when it sends to a node that is down.
-fn refused() -> NodeError {
-    NodeError::Connection("connection refused: the node is down".to_owned())
+fn refused() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        "connection refused: the node is down",
+    ))
+}
+
+/// What a client waiting for a reply sees when the node crashed or restarted meanwhile.
+fn reset() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "connection reset: the node restarted",
+    ))
+}
+
+fn not_connected(reason: &str) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        reason.to_owned(),
+    ))
 }

@@ -21,16 +21,36 @@ pub struct OpRecord {
     pub op: Op,
     /// The keys it names, in the order sent.
     pub keys: Vec<String>,
-    /// The token it carries (none for the counter commands).
+    /// The token it carries (none for the counter commands and for leaving a queue).
     pub token: Option<LockToken>,
+    /// The waiter it acts for: a queued lock attempt's place, or the waiter leaving the
+    /// queues ([`QueuePlace::waiter`](crate::node::QueuePlace::waiter)).
+    pub waiter: Option<LockToken>,
     /// When the client sent it, on tokio's clock.
     pub sent_at: Instant,
-    /// What became of it.
+    /// What became of it: of its last sending, when the client sent it more than once.
     pub outcome: Outcome,
+    /// What became of its earlier sendings, oldest first: a script call the node answered
+    /// `NOSCRIPT` (then the client loaded the script and sent the call again), or one that
+    /// failed on a broken connection before the client sent it again. Empty when the
+    /// request went out once.
+    pub earlier: Vec<Outcome>,
+    /// How many times the client loaded the request's script (`SCRIPT LOAD`) after the
+    /// node answered `NOSCRIPT`.
+    pub script_loads: u32,
 }
 
-/// One of the commands of a lock node ([`NodeRequest`](crate::node::NodeRequest)).
+impl OpRecord {
+    /// Every outcome of the request's sendings, oldest first: [`earlier`](Self::earlier),
+    /// then [`outcome`](Self::outcome).
+    pub fn outcomes(&self) -> impl Iterator<Item = &Outcome> {
+        self.earlier.iter().chain(std::iter::once(&self.outcome))
+    }
+}
+
+/// One of the requests of a lock node ([`NodeRequest`](crate::node::NodeRequest)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Op {
     /// [`NodeRequest::Lock`](crate::node::NodeRequest::Lock): `SET key token NX PX ttl` on
     /// every key, all or none.
@@ -38,6 +58,21 @@ pub enum Op {
         /// The TTL asked for.
         ttl: Duration,
     },
+    /// [`NodeRequest::LockWatching`](crate::node::NodeRequest::LockWatching): a lock
+    /// attempt that marks the key as watched when refused.
+    LockWatching {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// [`NodeRequest::LockQueued`](crate::node::NodeRequest::LockQueued): a queued waiter's
+    /// lock attempt ([`OpRecord::waiter`] names the waiter).
+    LockQueued {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// [`NodeRequest::LeaveQueue`](crate::node::NodeRequest::LeaveQueue): a waiter
+    /// ([`OpRecord::waiter`]) leaves the keys' queues.
+    LeaveQueue,
     /// [`NodeRequest::Unlock`](crate::node::NodeRequest::Unlock): compare-and-delete on
     /// each key.
     Unlock,
@@ -59,23 +94,59 @@ pub enum Op {
         /// The value asked for.
         value: u64,
     },
+    /// [`NodeRequest::LockShared`](crate::node::NodeRequest::LockShared): a reader's
+    /// entry of a read-write lock.
+    LockShared {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// [`NodeRequest::LockExclusive`](crate::node::NodeRequest::LockExclusive): the write
+    /// side of a read-write lock.
+    LockExclusive {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// [`NodeRequest::Proclaim`](crate::node::NodeRequest::Proclaim): an election
+    /// leader's record.
+    Proclaim,
+    /// [`NodeRequest::ReadProclamation`](crate::node::NodeRequest::ReadProclamation): the
+    /// current leader's record.
+    ReadProclamation,
+}
+
+impl Op {
+    /// Whether this is a lock attempt of any kind (plain, watching, queued, or a side of a
+    /// read-write lock).
+    pub fn is_lock(&self) -> bool {
+        matches!(
+            self,
+            Op::Lock { .. }
+                | Op::LockWatching { .. }
+                | Op::LockQueued { .. }
+                | Op::LockShared { .. }
+                | Op::LockExclusive { .. }
+        )
+    }
 }
 
 /// What became of a request.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Outcome {
-    /// Sent, and not yet at the node (a request delay).
+    /// Sent, and not yet at the node (a request delay, a connection being made), or between
+    /// two sendings (a script being loaded).
     InFlight,
-    /// Not applied: the node was down, or refused the command; the client got `error`.
+    /// Not applied: the node was down, or answered an error (`NOSCRIPT`, ...); the client
+    /// got `error`.
     Failed {
-        /// When the node refused it, on tokio's clock.
+        /// When the client got the error, on tokio's clock.
         at: Instant,
         /// What the client was told.
         error: NodeError,
     },
     /// Not applied and never answered: lost on the way
-    /// ([`SimNode::lose_replies`](super::SimNode::lose_replies)).
+    /// ([`SimNode::lose_replies`](super::SimNode::lose_replies)), or the reply to the
+    /// loading of its script was lost.
     Dropped {
         /// When it would have reached the node, on tokio's clock.
         at: Instant,
@@ -93,7 +164,8 @@ pub struct Applied {
     /// When it ran, on the node's clock.
     pub node_time: Duration,
     /// The answer of a lock command: `true` when it took, deleted, extended or matched.
-    /// Always `true` for the counter commands, which cannot refuse.
+    /// Always `true` for the counter commands, which cannot refuse, and for leaving a
+    /// queue.
     pub result: bool,
     /// The answer of a counter command: the highest counter read, or the lowest counter
     /// after a raise.
@@ -113,11 +185,24 @@ pub struct Applied {
 /// A live value: the token stored under a key and when it expires on the node's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stored {
-    /// The token.
+    /// The token, or, for a key released to a queued waiter,
+    /// `quorumlock:reserved:<waiter>` (see [`reserved_for`](Self::reserved_for)).
     pub token: LockToken,
-    /// The node-clock reading at which the key expires.
+    /// The last node-clock millisecond the key lives through (Redis's expiry time,
+    /// `PEXPIRETIME`): it is gone once the clock has passed it.
     pub expires_at: Duration,
 }
+
+impl Stored {
+    /// The waiter the key is reserved for, if it is a reservation rather than a holder's
+    /// token.
+    pub fn reserved_for(&self) -> Option<&str> {
+        self.token.as_str().strip_prefix(RESERVED_PREFIX)
+    }
+}
+
+/// What a key released to a queued waiter holds: this prefix and the waiter's id.
+pub(super) const RESERVED_PREFIX: &str = "quorumlock:reserved:";
 
 /// What became of the answer to an applied command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

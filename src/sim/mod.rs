@@ -107,7 +107,6 @@ mod delivery;
 mod log;
 mod node;
 mod server;
-mod store;
 
 pub use self::cluster::SimCluster;
 pub use self::log::{Applied, Op, OpRecord, Outcome, Reply, Stored};

@@ -9,21 +9,26 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::clock::NodeClock;
-use super::log::{Op, OpRecord, Stored};
-use super::store::Store;
+use super::log::{OpRecord, Stored};
+use super::server::{Data, ScriptHost};
 use crate::error::NodeError;
+use crate::node::scripts::NodeScripts;
 use crate::node::{LockNode, NodeReply, NodeRequest};
 use crate::token::LockToken;
 
 /// An in-memory lock node for tests: a key store whose TTLs run on the node's own clock,
 /// with faults that can be switched on and off at any moment.
 ///
-/// It implements [`LockNode`] with the semantics of the Redis scripts the locks use (`SET
-/// NX PX`, compare-and-delete, compare-and-pexpire and `GET` equal, each atomic over all
-/// the keys of a request, and the fencing counters as never-expiring max-registers; the
-/// queue and the release announcements are not simulated, and waiters race on their retry
-/// delay), so [`Redlock::from_nodes`](crate::Redlock::from_nodes) and
-/// [`RedisLock::from_node`](crate::RedisLock::from_node) run on it unchanged.
+/// It implements [`LockNode`] by running what a [`RedisNode`](crate::node::RedisNode)
+/// sends: each request becomes the same command or Lua script call, with the same KEYS and
+/// ARGV (one mapping builds both), run by a [`ScriptHost`] (the scripts themselves, in an
+/// embedded Lua 5.1, over an in-memory keyspace) on the node's clock. So the lock, the fair
+/// queue and its reservations, the fencing counters, and the `EVALSHA` / `NOSCRIPT` /
+/// `SCRIPT LOAD` exchange behave as on Redis, and
+/// [`Redlock::from_nodes`](crate::Redlock::from_nodes) and
+/// [`RedisLock::from_node`](crate::RedisLock::from_node) run on it unchanged. Release
+/// announcements are not delivered (nobody subscribes): waiters claim reservations and
+/// retry on their retry delay.
 ///
 /// # Time
 ///
@@ -40,15 +45,19 @@ use crate::token::LockToken;
 /// | call | what the clients see |
 /// |---|---|
 /// | [`crash`](Self::crash) | every request fails at once with [`NodeError::Connection`]; replies still on their way are lost as a connection reset |
-/// | [`restart`](Self::restart) | back up, with its keys (persistence) or empty (none) |
+/// | [`restart`](Self::restart) | back up, with its keys (persistence) or empty (none), and without its cached scripts either way (the next script call is answered `NOSCRIPT`) |
 /// | [`flush`](Self::flush), [`evict`](Self::evict) | keys lost without a restart (`FLUSHALL`, eviction) |
-/// | [`set_request_delay`](Self::set_request_delay) | requests reach the node later (in order: one connection is FIFO) |
+/// | [`flush_scripts`](Self::flush_scripts) | the script cache lost without a restart (`SCRIPT FLUSH`) |
+/// | [`set_request_delay`](Self::set_request_delay) | requests reach the node later (in order: each connection is FIFO) |
+/// | [`set_connect_delay`](Self::set_connect_delay) | a connection takes this long to be made, on first use and after each crash; requests made meanwhile wait for it, in order |
 /// | [`set_reply_delay`](Self::set_reply_delay) | replies come back later |
 /// | [`lose_replies`](Self::lose_replies) | requests vanish: not applied, never answered (a blackholed or frozen node) |
 /// | [`apply_but_lose_reply`](Self::apply_but_lose_reply) | requests are applied, but their replies never come |
 ///
 /// A lost reply never resolves: the lock's per-node timeout ends the wait, as with a real
-/// node. A request in flight is delivered even if the caller stopped waiting for it.
+/// node. A request in flight is delivered even if the caller stopped waiting for it; an
+/// unlock, extension, queue exit or counter raise is driven to its end (script reload and
+/// one resend after a broken connection included) as a Redis node drives it.
 ///
 /// # Inspection
 ///
@@ -56,9 +65,10 @@ use crate::token::LockToken;
 /// [`log`](Self::log) returns every request the node was sent, with what it did and
 /// the key's state before and after, for checking invariants.
 ///
-/// `SimNode` is a cheap handle: clones share the same node.
-/// [`for_client`](Self::for_client) makes a handle whose requests are logged under a
-/// client's name.
+/// `SimNode` is a cheap handle: clones share the same node and the same connection to it.
+/// [`for_client`](Self::for_client) makes a handle with a connection of its own (its own
+/// request order and script cache, as a separate client process has) whose requests are
+/// logged under a client's name.
 ///
 /// # Examples
 ///
@@ -77,9 +87,10 @@ use crate::token::LockToken;
 /// assert_eq!(lock_node.try_lock(&keys, &token, Duration::from_secs(1)).await, Ok(true));
 /// assert_eq!(node.get("k"), Some(token.clone()));
 ///
-/// // The node's clock runs twice as fast: the key lives half a second of real time.
+/// // The node's clock runs twice as fast: the key lives half a second of real time (and
+/// // the millisecond Redis keeps it past its expiry time).
 /// node.set_clock_rate(2.0);
-/// tokio::time::sleep(Duration::from_millis(500)).await;
+/// tokio::time::sleep(Duration::from_millis(501)).await;
 /// assert_eq!(node.get("k"), None);
 /// let extended = lock_node.extend(&keys, &token, Duration::from_secs(1)).await;
 /// assert_eq!(extended, Ok(false)); // never recreated
@@ -90,6 +101,8 @@ pub struct SimNode {
     name: Arc<str>,
     pub(super) client: Option<Arc<str>>,
     state: Arc<Mutex<State>>,
+    /// This handle's connection to the node.
+    pub(super) connection: Arc<Connection>,
 }
 
 /// What the node holds and how it misbehaves; behind a mutex that is never held across
@@ -97,17 +110,45 @@ pub struct SimNode {
 #[derive(Debug)]
 pub(super) struct State {
     pub(super) clock: NodeClock,
-    pub(super) store: Store,
+    /// The server: its keyspace and its script cache.
+    pub(super) server: ScriptHost,
     pub(super) up: bool,
-    /// Bumped on every crash and restart: replies of requests applied before are reset.
+    /// Bumped on every crash and restart: replies of requests applied before are reset,
+    /// and connections made before are broken.
     pub(super) generation: u64,
     pub(super) request_delay: Duration,
     pub(super) reply_delay: Duration,
+    pub(super) connect_delay: Duration,
     pub(super) lose_replies: bool,
     pub(super) apply_but_lose_reply: bool,
-    /// When the last delayed request arrives: requests are delivered in order.
-    pub(super) last_arrival: Option<Instant>,
     pub(super) log: Vec<OpRecord>,
+}
+
+/// One client's connection to the node: the order its requests arrive in, and the client's
+/// knowledge of which scripts the node has.
+pub(super) struct Connection {
+    /// Which scripts the node answered, as a Redis node's connection keeps it.
+    pub(super) scripts: NodeScripts,
+    pub(super) order: Mutex<Order>,
+}
+
+/// When a connection's requests arrive.
+#[derive(Debug, Default)]
+pub(super) struct Order {
+    /// The node generation the connection was made (or is being made) in, and when it is
+    /// up; none before the first request.
+    pub(super) made: Option<(u64, Instant)>,
+    /// When its last request arrives: requests are delivered in order.
+    pub(super) last_arrival: Option<Instant>,
+}
+
+impl Connection {
+    fn new() -> Arc<Self> {
+        Arc::new(Connection {
+            scripts: NodeScripts::new(),
+            order: Mutex::new(Order::default()),
+        })
+    }
 }
 
 impl SimNode {
@@ -119,27 +160,31 @@ impl SimNode {
             client: None,
             state: Arc::new(Mutex::new(State {
                 clock: NodeClock::new(Instant::now()),
-                store: Store::default(),
+                server: ScriptHost::new(),
                 up: true,
                 generation: 0,
                 request_delay: Duration::ZERO,
                 reply_delay: Duration::ZERO,
+                connect_delay: Duration::ZERO,
                 lose_replies: false,
                 apply_but_lose_reply: false,
-                last_arrival: None,
                 log: Vec::new(),
             })),
+            connection: Connection::new(),
         }
     }
 
     /// A handle to the same node whose requests are logged under `client`
-    /// ([`OpRecord::client`]), to tell apart the requests of several lock clients.
+    /// ([`OpRecord::client`]), to tell apart the requests of several lock clients. It has a
+    /// connection of its own: its requests keep their order among themselves only, and it
+    /// learns on its own which scripts the node has.
     pub fn for_client(&self, client: impl Into<String>) -> SimNode {
         let client: String = client.into();
         SimNode {
             name: Arc::clone(&self.name),
             client: Some(client.into()),
             state: Arc::clone(&self.state),
+            connection: Connection::new(),
         }
     }
 
@@ -206,12 +251,15 @@ impl SimNode {
 
     /// Starts the node again. With `keep_data` it keeps its keys (with their expiry on
     /// its clock, as with `appendfsync always`); without, it comes back empty (no
-    /// persistence). Replies of requests applied before the restart are lost.
+    /// persistence). Either way its script cache is empty, as a restarted Redis's is.
+    /// Replies of requests applied before the restart are lost, and every connection is
+    /// made again.
     pub fn restart(&self, keep_data: bool) {
         let mut state = self.lock();
         if !keep_data {
-            state.store.clear();
+            state.server.keyspace_mut().clear();
         }
+        state.server.flush_scripts();
         state.up = true;
         state.generation += 1;
     }
@@ -223,26 +271,42 @@ impl SimNode {
 
     /// Deletes every key, fencing counters included, without a restart (`FLUSHALL`).
     pub fn flush(&self) {
-        self.lock().store.clear();
+        self.lock().server.keyspace_mut().clear();
     }
 
-    /// Deletes `key` (a lock key or a fencing counter) as an eviction would; returns
-    /// whether it was there.
+    /// Forgets every cached script without a restart (`SCRIPT FLUSH`): the next call of
+    /// each script is answered `NOSCRIPT`, and the client loads it again.
+    pub fn flush_scripts(&self) {
+        self.lock().server.flush_scripts();
+    }
+
+    /// Deletes `key` (a lock key, a queue, or a fencing counter) as an eviction would;
+    /// returns whether it was there.
     pub fn evict(&self, key: &str) -> bool {
-        self.lock().store.evict(key)
+        let mut state = self.lock();
+        let now = state.clock.read(Instant::now());
+        let reply = state.server.execute(now, &["DEL", key]);
+        reply == super::ServerReply::Integer(1)
     }
 
-    /// Stores `token` under `key` with `ttl` on the node's clock, unconditionally and
-    /// without logging, as another program writing to the node would. Useful to make a
-    /// lock look held by someone else.
+    /// Stores `token` under `key` with `ttl` on the node's clock (in whole milliseconds, at
+    /// least one), unconditionally and without logging, as another program writing to the
+    /// node would. Useful to make a lock look held by someone else.
     pub fn insert(&self, key: &str, token: &LockToken, ttl: Duration) {
         let mut state = self.lock();
         let now = state.clock.read(Instant::now());
-        let stored = Stored {
-            token: token.clone(),
-            expires_at: now.saturating_add(ttl),
-        };
-        state.store.insert(key, stored);
+        let ttl = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let ttl = ttl.to_string();
+        state
+            .server
+            .execute(now, &["SET", key, token.as_str(), "PX", &ttl]);
+    }
+
+    /// Makes each connection to the node take `delay` to be made, from the first request
+    /// on it (and the first after each crash or restart): requests made meanwhile wait, and
+    /// go out in order once it is up, as with a node still connecting.
+    pub fn set_connect_delay(&self, delay: Duration) {
+        self.lock().connect_delay = delay;
     }
 
     /// Delays every request sent from now on by `delay` before it reaches the node.
@@ -269,36 +333,46 @@ impl SimNode {
 
     // --- inspection ---
 
-    /// The token live under `key`, if any.
+    /// The string live under `key`, if any: a holder's token, or
+    /// `quorumlock:reserved:<waiter>` for a key released to a queued waiter.
     pub fn get(&self, key: &str) -> Option<LockToken> {
-        let state = self.lock();
-        let now = state.clock.read(Instant::now());
-        state
-            .store
-            .live(key, now)
-            .map(|stored| stored.token.clone())
+        self.stored(key).map(|stored| stored.token)
     }
 
-    /// The time `key` has left on the node's clock, if it is live.
+    /// The time `key` has left on the node's clock, if it is live (`PTTL`, to the
+    /// millisecond).
     pub fn ttl(&self, key: &str) -> Option<Duration> {
         let state = self.lock();
         let now = state.clock.read(Instant::now());
-        state
-            .store
-            .live(key, now)
-            .map(|stored| stored.expires_at.saturating_sub(now))
+        let live = state.server.keyspace().live(key.as_bytes(), now)?;
+        let expires_at = live.expires_at?;
+        Some(Duration::from_millis(expires_at).saturating_sub(truncated_to_millis(now)))
+    }
+
+    /// The string live under `key`, with its expiry, if any.
+    pub(super) fn stored(&self, key: &str) -> Option<Stored> {
+        let state = self.lock();
+        let now = state.clock.read(Instant::now());
+        stored(&state.server, key, now)
     }
 
     /// The fencing counter at `key`, if it exists.
     pub fn counter(&self, key: &str) -> Option<u64> {
-        self.lock().store.counter(key)
+        self.get(key).and_then(|value| value.as_str().parse().ok())
     }
 
-    /// The live lock keys and the fencing counters, in order.
+    /// Every live key, in order: lock keys and reservations, queues and their deadlines,
+    /// watch markers, fencing counters.
     pub fn keys(&self) -> Vec<String> {
         let state = self.lock();
         let now = state.clock.read(Instant::now());
-        state.store.keys(now)
+        state
+            .server
+            .keyspace()
+            .live_keys(now)
+            .into_keys()
+            .map(|key| String::from_utf8_lossy(&key).into_owned())
+            .collect()
     }
 
     /// Every request sent to this node through any handle, in the order sent.
@@ -323,28 +397,9 @@ impl LockNode for SimNode {
         &self.name
     }
 
-    /// The lock's core; the queue and the release announcements are not simulated.
+    /// What a Redis node sends for `request`, run on the simulated server.
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
-        let (op, keys, token) = match request {
-            NodeRequest::Lock { keys, token, ttl } => (Op::Lock { ttl }, keys, Some(token)),
-            NodeRequest::Unlock { keys, token } => (Op::Unlock, keys, Some(token)),
-            NodeRequest::Extend { keys, token, ttl } => (Op::Extend { ttl }, keys, Some(token)),
-            NodeRequest::Holds { keys, token } => (Op::Holds, keys, Some(token)),
-            NodeRequest::ReadCounter { keys } => (Op::ReadCounter, keys, None),
-            NodeRequest::RaiseCounter { keys, value } => (Op::RaiseCounter { value }, keys, None),
-            NodeRequest::LockWatching { .. }
-            | NodeRequest::LockQueued { .. }
-            | NodeRequest::LeaveQueue { .. }
-            | NodeRequest::WatchReleases { .. }
-            | NodeRequest::WatchReservations { .. }
-            | NodeRequest::LockShared { .. }
-            | NodeRequest::LockExclusive { .. }
-            | NodeRequest::Proclaim { .. }
-            | NodeRequest::ReadProclamation { .. } => {
-                return async { Ok(NodeReply::Unsupported) }.boxed()
-            }
-        };
-        self.request(op, keys, token).boxed()
+        self.request(request).boxed()
     }
 }
 
@@ -357,9 +412,26 @@ impl fmt::Debug for SimNode {
             .field("up", &state.up)
             .field("clock", &state.clock.read(Instant::now()))
             .field("clock_rate", &state.clock.rate())
-            .field("keys", &state.store.key_count())
+            .field("server", &state.server)
             .finish()
     }
+}
+
+/// The string under `key` live at `now` on `server`, with its expiry.
+pub(super) fn stored(server: &ScriptHost, key: &str, now: Duration) -> Option<Stored> {
+    let live = server.keyspace().live(key.as_bytes(), now)?;
+    let Data::String(value) = live.data else {
+        return None;
+    };
+    Some(Stored {
+        token: LockToken::from_string(String::from_utf8_lossy(value)),
+        expires_at: live.expires_at.map_or(Duration::MAX, Duration::from_millis),
+    })
+}
+
+/// `now` in whole milliseconds, the resolution of the node's expiry.
+pub(super) fn truncated_to_millis(now: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(now.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ pub struct Try {
 pub fn tries(trace: &Trace, attempt: &Attempt) -> Vec<Try> {
     let mut tries: Vec<Try> = Vec::new();
     for (_, record) in &trace.log {
-        let (Op::Lock { .. }, Some(token)) = (&record.op, &record.token) else {
+        let (true, Some(token)) = (record.op.is_lock(), &record.token) else {
             continue;
         };
         let ours = record.client.as_deref() == Some(&*attempt.client_name);
@@ -88,7 +88,7 @@ pub fn quorum_of_grants(trace: &Trace) -> Verdict {
     for (attempt, grant) in granted(trace) {
         let ops: Vec<_> = trace
             .ops_of(&attempt.client_name, &grant.token)
-            .filter(|(_, record)| matches!(record.op, Op::Lock { .. }))
+            .filter(|(_, record)| record.op.is_lock())
             .collect();
         let rounds: BTreeSet<Instant> = ops.iter().map(|(_, record)| record.sent_at).collect();
         if rounds.len() != 1 {
@@ -237,50 +237,31 @@ pub fn token_conditional_writes(trace: &Trace) -> Verdict {
             return Err(format!("token {token:?} is not 32 hex digits (128 bits)"));
         }
         let client = record.client.as_deref().unwrap_or("");
-        match (&record.op, minted.get(token)) {
-            (Op::Lock { .. }, None) => {
+        match (record.op.is_lock(), minted.get(token)) {
+            (true, None) => {
                 minted.insert(token, (client, record.sent_at));
             }
-            (Op::Lock { .. }, Some(&(first_client, round))) => {
+            (true, Some(&(first_client, round))) => {
                 if first_client != client || round != record.sent_at {
                     return Err(format!(
                         "token {token} used by two attempts (client {first_client} and {client})"
                     ));
                 }
             }
-            (_, Some(&(first_client, _))) if first_client == client => {}
-            (op, _) => {
+            (false, Some(&(first_client, _))) if first_client == client => {}
+            (false, _) => {
                 return Err(format!(
-                    "client {client} sent {op:?} with token {token}, which it never locked with"
+                    "client {client} sent {:?} with token {token}, which it never locked with",
+                    record.op
                 ));
             }
         }
-        if let Outcome::Applied(applied) = &record.outcome {
-            let ours = |stored: &Option<Stored>| {
-                stored.as_ref().map(|stored| stored.token.as_str()) == Some(token)
-            };
-            let keys = applied.before.iter().zip(&applied.after);
-            match record.op {
-                Op::Unlock => {
-                    for (before, after) in keys {
-                        if (ours(before) && after.is_some()) || (!ours(before) && after != before) {
-                            return Err(format!(
-                                "an unlock with token {token} turned {before:?} into {after:?}"
-                            ));
-                        }
-                    }
-                }
-                Op::Extend { .. }
-                    if !applied.before.iter().all(ours)
-                        && (applied.after != applied.before || applied.result) =>
-                {
-                    return Err(format!(
-                        "an extend with token {token} changed keys it did not all hold: \
-                         {:?} into {:?}",
-                        applied.before, applied.after
-                    ));
-                }
-                _ => {}
+    }
+    for (_, record) in &trace.log {
+        // Every time the node ran the request: a resend after a reset runs it again.
+        for outcome in record.outcomes() {
+            if let Outcome::Applied(applied) = outcome {
+                conditional_change(record, applied)?;
             }
         }
     }
@@ -288,6 +269,61 @@ pub fn token_conditional_writes(trace: &Trace) -> Verdict {
     let distinct: BTreeSet<&str> = grants.iter().map(|token| token.as_str()).collect();
     if distinct.len() != grants.len() {
         return Err("two grants share a token".to_owned());
+    }
+    Ok(())
+}
+
+/// What the node may do to the keys of one applied request: a release deletes only keys
+/// that hold its token (and may hand them to the next waiter, reserving them), an extend
+/// changes nothing unless all its keys hold its token, a lock attempt takes only free keys
+/// or keys reserved for its own waiter, and leaving a queue only gives back keys reserved
+/// for the waiter leaving.
+fn conditional_change(record: &OpRecord, applied: &quorumlock::sim::Applied) -> Verdict {
+    let token = record.token.as_ref().map(LockToken::as_str);
+    let waiter = record.waiter.as_ref().map(LockToken::as_str);
+    let ours = |stored: &Option<Stored>| {
+        stored
+            .as_ref()
+            .map(|stored| stored.token.as_str())
+            .is_some()
+            && stored.as_ref().map(|stored| stored.token.as_str()) == token
+    };
+    let reserved_for_us = |stored: &Option<Stored>| {
+        waiter.is_some() && stored.as_ref().and_then(Stored::reserved_for) == waiter
+    };
+    let handed_on = |stored: &Option<Stored>| {
+        stored
+            .as_ref()
+            .is_none_or(|stored| stored.reserved_for().is_some())
+    };
+    let keys = applied.before.iter().zip(&applied.after);
+    for (before, after) in keys.clone() {
+        let allowed = match record.op {
+            Op::Unlock => {
+                if ours(before) {
+                    handed_on(after)
+                } else {
+                    after == before
+                }
+            }
+            Op::LeaveQueue => after == before || (reserved_for_us(before) && handed_on(after)),
+            op if op.is_lock() => after == before || before.is_none() || reserved_for_us(before),
+            _ => true,
+        };
+        if !allowed {
+            return Err(format!(
+                "{:?} with token {token:?} for waiter {waiter:?} turned {before:?} into {after:?}",
+                record.op
+            ));
+        }
+    }
+    if let Op::Extend { .. } = record.op {
+        if !applied.before.iter().all(ours) && (applied.after != applied.before || applied.result) {
+            return Err(format!(
+                "an extend with token {token:?} changed keys it did not all hold: {:?} into {:?}",
+                applied.before, applied.after
+            ));
+        }
     }
     Ok(())
 }
@@ -329,9 +365,7 @@ pub fn rollback_on_all_nodes(trace: &Trace) -> Verdict {
                 .collect();
             let refused: BTreeSet<usize> = trace
                 .ops_of(&attempt.client_name, &attempt_try.token)
-                .filter(|(_, record)| {
-                    matches!(record.op, Op::Lock { .. }) && heard_refused(record, timeout)
-                })
+                .filter(|(_, record)| record.op.is_lock() && heard_refused(record, timeout))
                 .map(|(node, _)| *node)
                 .collect();
             let missing: Vec<usize> = (0..trace.nodes)
@@ -362,15 +396,22 @@ pub fn rollback_on_all_nodes(trace: &Trace) -> Verdict {
 ///    and recomputes validity from when the extension started.
 pub fn extension_rules(trace: &Trace) -> Verdict {
     for (node, record) in &trace.log {
-        if let (Op::Extend { ttl }, Outcome::Applied(applied)) = (&record.op, &record.outcome) {
+        let Op::Extend { ttl } = record.op else {
+            continue;
+        };
+        for outcome in record.outcomes() {
+            let Outcome::Applied(applied) = outcome else {
+                continue;
+            };
             let ours = |stored: &Option<Stored>| {
                 stored.as_ref().map(|stored| &stored.token) == record.token.as_ref()
             };
             let all_ours = applied.before.iter().all(ours);
+            // Redis's expiry: the node's millisecond plus the TTL (PEXPIRE).
+            let expiry = Duration::from_millis(applied.node_time.as_millis() as u64) + ttl;
             let extended = applied.after.iter().all(|after| {
                 after.as_ref().is_some_and(|stored| {
-                    Some(&stored.token) == record.token.as_ref()
-                        && stored.expires_at == applied.node_time + *ttl
+                    Some(&stored.token) == record.token.as_ref() && stored.expires_at == expiry
                 })
             });
             if (!all_ours && applied.after != applied.before) || (all_ours && !extended) {
@@ -575,7 +616,7 @@ pub fn bounded_jittered_retries(trace: &Trace) -> Result<Vec<Duration>, String> 
             let rollback_done = trace
                 .ops_of(&attempt.client_name, &pair[0].token)
                 .filter(|(_, record)| {
-                    matches!(record.op, Op::Unlock | Op::Lock { .. })
+                    (record.op == Op::Unlock || record.op.is_lock())
                         && record.sent_at <= pair[1].first_sent
                 })
                 .map(|(_, record)| completion(record, config.node_timeout()))
@@ -601,7 +642,10 @@ pub fn bounded_jittered_retries(trace: &Trace) -> Result<Vec<Duration>, String> 
 ///    nodes' counters never go down.
 pub fn fencing_tokens_increase(trace: &Trace) -> Verdict {
     for (node, record) in &trace.log {
-        if let Outcome::Applied(applied) = &record.outcome {
+        for applied in record.outcomes().filter_map(|outcome| match outcome {
+            Outcome::Applied(applied) => Some(applied),
+            _ => None,
+        }) {
             let lowered = applied
                 .counters_before
                 .iter()

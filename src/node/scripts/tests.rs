@@ -14,16 +14,13 @@ fn args(call: &Cmd) -> Vec<String> {
 
 #[test]
 fn a_script_call_lists_the_keys_then_the_queue_and_markers_then_the_args() {
-    let script = Arc::new(NodeScript::new(UNLOCK));
+    let script = Arc::new(CachedScript::new(NodeScript::Unlock));
     script.cached.store(true, Ordering::Relaxed);
     let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
-    let call = ScriptCall::new(&script, &keys, &["token", "channel:"])
-        .with_queues_of(&keys)
-        .with_markers_of(&keys)
-        .command();
+    let call = ScriptCall::new(&script, &keys, &["token", "channel:"]).command();
     let expected = [
         "EVALSHA",
-        script.script.get_hash(),
+        script.name.sha1(),
         "8",
         "a",
         "b",
@@ -41,24 +38,17 @@ fn a_script_call_lists_the_keys_then_the_queue_and_markers_then_the_args() {
 
 #[test]
 fn a_plain_script_call_has_only_the_lock_keys() {
-    let script = Arc::new(NodeScript::new(EXTEND));
+    let script = Arc::new(CachedScript::new(NodeScript::Extend));
     script.cached.store(true, Ordering::Relaxed);
     let keys: Vec<Arc<str>> = vec!["only".into()];
     let call = ScriptCall::new(&script, &keys, &["token", "30000"]).command();
-    let expected = [
-        "EVALSHA",
-        script.script.get_hash(),
-        "1",
-        "only",
-        "token",
-        "30000",
-    ];
+    let expected = ["EVALSHA", script.name.sha1(), "1", "only", "token", "30000"];
     assert_eq!(args(&call), expected);
 }
 
 #[test]
 fn a_script_the_node_may_not_have_is_sent_whole() {
-    let script = Arc::new(NodeScript::new(EXTEND));
+    let script = Arc::new(CachedScript::new(NodeScript::Extend));
     let keys: Vec<Arc<str>> = vec!["only".into()];
     let call = ScriptCall::new(&script, &keys, &["token", "30000"]).command();
     let expected = ["EVAL", EXTEND, "1", "only", "token", "30000"];
@@ -80,4 +70,32 @@ fn the_key_table_names_the_queue_prefixes() {
     assert!(module_docs.contains(&format!("`{QUEUE_PREFIX}<key>`")));
     assert!(module_docs.contains(&format!("`{DEADLINES_PREFIX}<key>`")));
     assert!(module_docs.contains(&format!("`{WATCHED_PREFIX}<key>`")));
+}
+
+#[test]
+fn the_watching_lock_takes_the_first_keys_marker_and_a_queued_one_its_queue() {
+    let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+    let watching = Arc::new(CachedScript::new(NodeScript::LockWatching));
+    let call = ScriptCall::new(&watching, &keys, &["t", "1", "2"]).command();
+    assert_eq!(args(&call)[2..6], ["3", "a", "b", "quorumlock:watched:a"]);
+    let queued = Arc::new(CachedScript::new(NodeScript::LockQueued));
+    let call = ScriptCall::new(&queued, &keys[..1], &["t"]).command();
+    assert_eq!(
+        args(&call)[2..],
+        [
+            "3",
+            "a",
+            "quorumlock:waiters:a",
+            "quorumlock:waiter-deadlines:a",
+            "t"
+        ]
+    );
+}
+
+#[test]
+fn the_scripts_are_listed_in_the_order_of_their_names() {
+    let scripts = NodeScripts::new();
+    for name in NodeScript::ALL {
+        assert_eq!(scripts.get(name).name, name);
+    }
 }

@@ -36,6 +36,13 @@ pub struct LiveKey {
     pub ttl_ms: Option<u64>,
 }
 
+/// A live key as it stands: what it holds, and the last node-clock millisecond it lives
+/// through.
+pub(crate) struct EntryView<'a> {
+    pub(crate) data: &'a Data,
+    pub(crate) expires_at: Option<u64>,
+}
+
 /// A message a `PUBLISH` sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Published {
@@ -83,6 +90,15 @@ impl Keyspace {
                 (key.clone(), live)
             })
             .collect()
+    }
+
+    /// The entry under `key` if it is live at `now`, without removing anything.
+    pub(crate) fn live(&self, key: &[u8], now: Duration) -> Option<EntryView<'_>> {
+        let entry = self.entries.get(key)?;
+        entry.live_at(millis(now)).then_some(EntryView {
+            data: &entry.data,
+            expires_at: entry.expires_at,
+        })
     }
 
     /// The messages published since the last call, oldest first.

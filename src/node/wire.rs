@@ -1,0 +1,334 @@
+//! From a [`NodeRequest`] to the one Redis command that carries it out, and from the
+//! node's reply back to a [`NodeReply`]: the only place where a request is given its
+//! script, its KEYS and its ARGV.
+//!
+//! Both the [`RedisNode`](super::RedisNode) and the simulated node (`crate::sim`, feature
+//! `test-util`) send what [`wire`] says and read the answer with its [`Read`], so a new
+//! request, or a new script for a request, runs the same way on a real server and in the
+//! simulation. To add a request: a variant of [`NodeRequest`], its arm in [`wire`] (a plain
+//! command, or a [`ScriptCall`] of a [`NodeScript`] with its arguments), and the [`Read`]
+//! of its reply; a new script also needs its [`NodeScript`] variant, source and layout.
+
+mod family;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use super::request::{NodeReply, NodeRequest, QueuePlace};
+use super::scripts::{CachedScript, NodeScript, NodeScripts, Resend, ScriptCall};
+use crate::config::millis;
+use crate::error::NodeError;
+use crate::node::releases::RELEASE_CHANNEL_PREFIX;
+use crate::token::LockToken;
+
+/// What a node does for one request.
+pub(crate) enum Wire<'a> {
+    /// Sends `command` once, and reads its reply with `read`.
+    Command {
+        /// The command.
+        command: Cmd,
+        /// How its reply answers the request.
+        read: Read,
+    },
+    /// Calls `script` with `command` (reloading it on `NOSCRIPT`, resending as `resend`
+    /// says), and reads its reply with `read`.
+    Script {
+        /// The script called, with whether the node is known to have it.
+        script: &'a Arc<CachedScript>,
+        /// The call: `EVALSHA` or `EVAL`, the keys, the arguments.
+        command: Cmd,
+        /// When a failed call is sent again.
+        resend: Resend,
+        /// How its reply answers the request.
+        read: Read,
+    },
+    /// Watches the release announcements of a key (pub/sub, not a command).
+    WatchReleases(&'a str),
+    /// Watches the announcements of the keys reserved for a client's waiters.
+    WatchReservations(&'a str),
+    /// The node does not do this: it answers [`NodeReply::Unsupported`].
+    Unsupported,
+}
+
+/// How a node's reply answers a request.
+#[derive(Debug, Clone)]
+pub(crate) enum Read {
+    /// `SET NX`: `OK` took the key, nil did not.
+    SetNx,
+    /// A script's integer: 1 did what was asked, anything else refused.
+    Flag,
+    /// A script's integer: a counter's value.
+    Counter,
+    /// `GET` (`single`) or `MGET`: whether every value is the token.
+    Holds {
+        /// The token the keys must hold.
+        token: LockToken,
+        /// One key: the reply is a value, not an array of them.
+        single: bool,
+    },
+    /// `GET` (`single`) or `MGET` of fencing counters: the highest, 0 for none.
+    HighestCounter {
+        /// One key: the reply is a value, not an array of them.
+        single: bool,
+    },
+    /// Any reply: done.
+    Done,
+    /// `MGET` of an election's lock key and its leader record: the record, when current.
+    Proclamation,
+}
+
+/// The command, or the script call, that carries out `request` on a node whose scripts
+/// are `scripts`, which announces releases when `announce` (see
+/// [`RedisNode::announce_releases`](super::RedisNode::announce_releases)).
+pub(crate) fn wire<'a>(
+    request: NodeRequest<'a>,
+    scripts: &'a NodeScripts,
+    announce: bool,
+) -> Result<Wire<'a>, NodeError> {
+    let channel = if announce { RELEASE_CHANNEL_PREFIX } else { "" };
+    let repeatable = |name, keys: &[Arc<str>], args: &[&str], read| {
+        if keys.is_empty() {
+            return Err(no_keys());
+        }
+        let script = scripts.get(name);
+        Ok(Wire::Script {
+            script,
+            command: ScriptCall::new(script, keys, args).command(),
+            resend: Resend::AlsoAfterReconnect,
+            read,
+        })
+    };
+    Ok(match request {
+        NodeRequest::Lock { keys, token, ttl } => lock(scripts, keys, token, ttl)?,
+        NodeRequest::Unlock { keys, token } => repeatable(
+            NodeScript::Unlock,
+            keys,
+            &[token.as_str(), channel],
+            Read::Flag,
+        )?,
+        NodeRequest::Extend { keys, token, ttl } => {
+            let ttl = millis(ttl).to_string();
+            repeatable(
+                NodeScript::Extend,
+                keys,
+                &[token.as_str(), &ttl],
+                Read::Flag,
+            )?
+        }
+        NodeRequest::Holds { keys, token } => Wire::Command {
+            command: values(keys)?,
+            read: Read::Holds {
+                token: token.clone(),
+                single: keys.len() == 1,
+            },
+        },
+        NodeRequest::ReadCounter { keys } => Wire::Command {
+            command: values(keys)?,
+            read: Read::HighestCounter {
+                single: keys.len() == 1,
+            },
+        },
+        NodeRequest::RaiseCounter { keys, value } => {
+            let value = value.to_string();
+            repeatable(NodeScript::RaiseCounter, keys, &[&value], Read::Counter)?
+        }
+        NodeRequest::LockWatching {
+            keys,
+            token,
+            ttl,
+            interest,
+        } => {
+            if !announce {
+                return lock(scripts, keys, token, ttl);
+            }
+            let args = [
+                token.as_str(),
+                &millis(ttl).to_string(),
+                &millis(interest).max(1).to_string(),
+            ];
+            lock_script(scripts, NodeScript::LockWatching, keys, &args)?
+        }
+        NodeRequest::LockQueued {
+            keys,
+            token,
+            ttl,
+            place,
+        } => lock_queued(scripts, keys, token, ttl, place, channel)?,
+        NodeRequest::LeaveQueue { keys, waiter } => {
+            // A waiter for several keys may be queued under any of them.
+            let args = [waiter.as_str(), channel];
+            repeatable(NodeScript::LeaveQueue, keys, &args, Read::Done)?
+        }
+        NodeRequest::WatchReleases { key } if announce => Wire::WatchReleases(key),
+        NodeRequest::WatchReservations { client } if announce => Wire::WatchReservations(client),
+        NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
+            Wire::Unsupported
+        }
+        NodeRequest::LockShared {
+            keys,
+            token,
+            ttl,
+            writer,
+        } => family::lock_shared(scripts, keys, token, ttl, writer)?,
+        NodeRequest::LockExclusive {
+            keys,
+            token,
+            ttl,
+            waiting,
+        } => family::lock_exclusive(scripts, keys, token, ttl, waiting)?,
+        NodeRequest::Proclaim {
+            keys,
+            token,
+            record,
+        } => family::proclaim(scripts, keys, token, record)?,
+        NodeRequest::ReadProclamation { keys } => family::read_proclamation(keys)?,
+    })
+}
+
+/// A lock attempt: one key by a plain `SET NX PX` (the common case: no script), several by
+/// the lock script.
+fn lock<'a>(
+    scripts: &'a NodeScripts,
+    keys: &[Arc<str>],
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<Wire<'a>, NodeError> {
+    let ttl = millis(ttl);
+    let [key] = keys else {
+        let args = [token.as_str(), &ttl.to_string()];
+        return lock_script(scripts, NodeScript::Lock, keys, &args);
+    };
+    let mut set = Cmd::with_capacity(6, key.len() + token.as_str().len() + 32);
+    set.arg("SET")
+        .arg(&**key)
+        .arg(token.as_str())
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl);
+    Ok(Wire::Command {
+        command: set,
+        read: Read::SetNx,
+    })
+}
+
+/// A queued waiter's lock attempt. A waiter for several keys may move between their queues
+/// and pass on a key reserved for it, so it needs every key's queue and marker, and the
+/// channel prefix to announce what it passes on.
+fn lock_queued<'a>(
+    scripts: &'a NodeScripts,
+    keys: &[Arc<str>],
+    token: &LockToken,
+    ttl: Duration,
+    place: &QueuePlace,
+    channel: &str,
+) -> Result<Wire<'a>, NodeError> {
+    let ttl = millis(ttl).to_string();
+    let ticket = place.ticket.to_string();
+    let lifetime = millis(place.lifetime).max(1).to_string();
+    let args = [
+        token.as_str(),
+        &ttl,
+        place.waiter.as_str(),
+        &ticket,
+        &lifetime,
+        channel,
+    ];
+    match keys {
+        [] => Err(no_keys()),
+        [_] => lock_script(scripts, NodeScript::LockQueued, keys, &args[..5]),
+        _ => lock_script(scripts, NodeScript::LockQueuedMany, keys, &args),
+    }
+}
+
+/// A call of one of the lock scripts: a lock call dropped midway took nothing and need not
+/// go on, so it is sent again only after a reload.
+fn lock_script<'a>(
+    scripts: &'a NodeScripts,
+    name: NodeScript,
+    keys: &[Arc<str>],
+    args: &[&str],
+) -> Result<Wire<'a>, NodeError> {
+    if keys.is_empty() {
+        return Err(no_keys());
+    }
+    let script = scripts.get(name);
+    Ok(Wire::Script {
+        script,
+        command: ScriptCall::new(script, keys, args).command(),
+        resend: Resend::AfterReload,
+        read: Read::Flag,
+    })
+}
+
+/// The values of `keys`: `GET` for one, `MGET` for several.
+fn values(keys: &[Arc<str>]) -> Result<Cmd, NodeError> {
+    if keys.is_empty() {
+        return Err(no_keys());
+    }
+    let mut command = redis::cmd(if keys.len() == 1 { "GET" } else { "MGET" });
+    for key in keys {
+        command.arg(&**key);
+    }
+    Ok(command)
+}
+
+impl Read {
+    /// The answer to the request in the node's `reply` (an error reply was made an error
+    /// before).
+    pub(crate) fn reply(&self, reply: Value) -> Result<NodeReply, NodeError> {
+        Ok(match self {
+            Read::SetNx => match reply {
+                Value::Okay => NodeReply::Done(true),
+                Value::Nil => NodeReply::Done(false),
+                other => {
+                    return Err(NodeError::Redis(format!(
+                        "unexpected reply to SET NX: {other:?}"
+                    )))
+                }
+            },
+            Read::Flag => NodeReply::Done(integer(reply)? == 1),
+            Read::Counter => NodeReply::Counter(integer(reply)?),
+            Read::Holds { token, single } => {
+                let values = strings(reply, *single)?;
+                let all = values
+                    .iter()
+                    .all(|value| value.as_deref() == Some(token.as_str()));
+                NodeReply::Done(all)
+            }
+            Read::HighestCounter { single } => {
+                let mut highest = 0;
+                for value in strings(reply, *single)?.into_iter().flatten() {
+                    let counter = value.parse::<u64>().map_err(|_| {
+                        NodeError::Redis(format!("a fencing counter holds {value:?}, not a number"))
+                    })?;
+                    highest = highest.max(counter);
+                }
+                NodeReply::Counter(highest)
+            }
+            Read::Done => NodeReply::Done(true),
+            Read::Proclamation => NodeReply::Text(family::proclamation(reply)?),
+        })
+    }
+}
+
+/// A script's integer reply.
+fn integer(reply: Value) -> Result<u64, NodeError> {
+    redis::from_redis_value(reply).map_err(|err| NodeError::Redis(err.to_string()))
+}
+
+/// The values of a `GET` (`single`) or `MGET` reply.
+fn strings(reply: Value, single: bool) -> Result<Vec<Option<String>>, NodeError> {
+    let parsed = if single {
+        redis::from_redis_value::<Option<String>>(reply).map(|value| vec![value])
+    } else {
+        redis::from_redis_value(reply)
+    };
+    parsed.map_err(|err| NodeError::Redis(err.to_string()))
+}
+
+/// The error for a call without keys, which a lock never makes.
+fn no_keys() -> NodeError {
+    NodeError::Redis("a lock needs at least one key".to_owned())
+}
