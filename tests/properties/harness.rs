@@ -45,8 +45,21 @@ where
     S: Strategy,
     S::Value: Debug + std::fmt::Display,
 {
+    check_cases(name, cases(), strategy, property);
+}
+
+/// [`check`] on `cases` schedules: for properties whose schedules cost many times the
+/// usual ones, run on a fraction of [`cases`].
+pub fn check_cases<S>(
+    name: &str,
+    cases: u32,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), String>,
+) where
+    S: Strategy,
+    S::Value: Debug + std::fmt::Display,
+{
     let seed = seed();
-    let cases = cases();
     let path: &'static str =
         Box::leak(format!("tests/properties/regressions/{name}.txt").into_boxed_str());
     let config = Config {
@@ -103,10 +116,25 @@ where
     S: Strategy,
     S::Value: Debug,
 {
+    search_shrinking(cases, 20_000, strategy, property)
+}
+
+/// [`search`], shrinking a failing value at most `shrink_iters` times: for schedules too
+/// costly to shrink to the minimal one, where any failing one shows the checker can fail.
+pub fn search_shrinking<S>(
+    cases: u32,
+    shrink_iters: u32,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), String>,
+) -> Option<(String, S::Value)>
+where
+    S: Strategy,
+    S::Value: Debug,
+{
     let config = Config {
         cases,
         failure_persistence: None,
-        max_shrink_iters: 20_000,
+        max_shrink_iters: shrink_iters,
         ..Config::default()
     };
     let mut runner =
