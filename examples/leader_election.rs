@@ -1,9 +1,11 @@
-//! Leader election: three candidates, one singleton worker, and a leader that steps down as
-//! soon as it can no longer trust its lock.
+//! Leader election: three candidates, one singleton worker, an observer, and a leader that
+//! steps down as soon as it can no longer trust its term.
 //!
-//! Each candidate (a task with its own `Redlock` client) campaigns for the lock `leader`.
-//! The winner keeps it alive with a watchdog (`auto_extend`) and does the leader's work
-//! while watching `guard.lost()`. Then:
+//! Each candidate (a task with its own `Redlock` client) campaigns in the `Election`
+//! `service:billing`. The winner's `Leadership` is the election's lock, kept alive by a
+//! watchdog and numbered by a fencing token; it does the leader's work while watching
+//! `leadership.lost()`. An observer prints each change of leader (`election.observe()`).
+//! Then:
 //!
 //! 1. a majority of the lock nodes freezes (SIGSTOP) for longer than the TTL: the leader's
 //!    extensions go unanswered, its lost signal fires before the lock expires, and it stops
@@ -13,9 +15,9 @@
 //!    candidate takes over within milliseconds;
 //! 3. everyone shuts down.
 //!
-//! Checked at the end: the leaders' terms (from winning the lock to stopping the work)
-//! never overlapped, and the first leader stepped down because it lost the lock. The example
-//! exits non-zero otherwise.
+//! Checked at the end: the leaders' terms (from winning the election to stopping the work)
+//! never overlapped, their fencing tokens strictly increase, and the first leader stepped
+//! down because it lost its term. The example exits non-zero otherwise.
 //!
 //! ```text
 //! cargo run --example leader_election      # starts 5 local Redis nodes
@@ -31,7 +33,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Nodes, Result};
-use quorumlock::{AutoExtend, LeaseEnd, LockConfig, LockError, LockGuard, Redlock};
+use futures::StreamExt;
+use quorumlock::{Election, Leadership, LeaseEnd, LockConfig, LockError, Redlock};
+use quorumlock_testkit::Persistence;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -42,7 +46,7 @@ macro_rules! event {
     };
 }
 
-const LEADER: &str = "service:billing:leader";
+const ELECTION: &str = "service:billing";
 const CANDIDATES: usize = 3;
 const TTL: Duration = Duration::from_secs(1);
 /// How long a majority of the nodes stays frozen: longer than the TTL.
@@ -55,6 +59,7 @@ const COOL_DOWN: Duration = Duration::from_millis(1500);
 #[derive(Debug, Clone)]
 struct Term {
     leader: usize,
+    fencing_token: u64,
     start: Instant,
     end: Instant,
     /// Why it ended, in short.
@@ -79,10 +84,12 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result {
     // QUORUMLOCK_NODES=redis://host1:6379,... or 5 local nodes (stopped when `cluster` drops).
-    let Nodes { urls, mut cluster } = common::lock_nodes(5).await?;
-    let config = LockConfig::builder().ttl(TTL).build()?;
+    // Terms are numbered by fencing tokens, whose counters need an append-only file.
+    let Nodes { urls, mut cluster } =
+        common::lock_nodes_with(5, Persistence::AppendFsyncAlways).await?;
+    let config = LockConfig::builder().ttl(TTL).fencing(true).build()?;
     println!(
-        "{CANDIDATES} candidates campaign for {LEADER:?} on {} nodes; TTL {TTL:?}, extended \
+        "{CANDIDATES} candidates campaign in {ELECTION:?} on {} nodes; TTL {TTL:?}, extended \
          every third of it",
         urls.len()
     );
@@ -97,9 +104,11 @@ async fn run() -> Result {
     let mut candidates = Vec::new();
     for id in 1..=CANDIDATES {
         // Each candidate is its own process in real life: its own client and connections.
-        let lock = Redlock::connect(&urls, config.clone()).await?;
-        candidates.push(tokio::spawn(candidate(id, lock, Arc::clone(&shared))));
+        let election = Election::new(Redlock::connect(&urls, config.clone()).await?, ELECTION)?;
+        candidates.push(tokio::spawn(candidate(id, election, Arc::clone(&shared))));
     }
+    let observer = Election::new(Redlock::connect(&urls, config.clone()).await?, ELECTION)?;
+    tokio::spawn(observe(observer, Arc::clone(&shared)));
 
     tokio::time::sleep(Duration::from_secs(1)).await;
     let majority = urls.len() / 2 + 1;
@@ -152,27 +161,30 @@ async fn run() -> Result {
     check(&terms, shared.start)
 }
 
-/// A candidate: campaign, lead until the lock is lost (or told to resign or stop), repeat.
-async fn candidate(id: usize, lock: Redlock, shared: Arc<Shared>) -> Result {
+/// A candidate: campaign, lead until the term is lost (or told to resign or stop), repeat.
+async fn candidate(id: usize, election: Election<Redlock>, shared: Arc<Shared>) -> Result {
     let mut shutdown = shared.shutdown.clone();
+    let value = format!("candidate-{id}");
     loop {
-        let mut guard = tokio::select! {
-            guard = campaign(&lock) => guard?,
+        // Waits in line while another leads, and on while the nodes are unreachable.
+        let leadership = tokio::select! {
+            leadership = election.campaign(&value) => leadership?,
             _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
         };
         let start = Instant::now();
-        event!(shared, "candidate-{id} won the lock: it is the leader");
-        guard
-            .auto_extend(AutoExtend::default())
-            .expect("the default interval is never refused");
-        let lost = guard.lost();
+        event!(
+            shared,
+            "candidate-{id} won the election: it is the leader (term {})",
+            leadership.fencing_token()
+        );
+        let lost = leadership.lost();
 
         let mut batches = 0;
         // The leader's work runs only inside this `select!`: when any other branch wins,
         // the work future is dropped, so no batch starts after that instant.
         let (why, lost_how) = tokio::select! {
             () = lead(&mut batches) => unreachable!("the leader's work never ends by itself"),
-            end = lost.wait() => ("lost its lock", Some(stepped_down(&guard, &end))),
+            end = lost.wait() => ("lost its term", Some(stepped_down(&leadership, &end))),
             () = shared.resign.notified() => ("resigned", None),
             _ = shutdown.wait_for(|stop| *stop) => ("shut down", None),
         };
@@ -182,6 +194,7 @@ async fn candidate(id: usize, lock: Redlock, shared: Arc<Shared>) -> Result {
         event!(shared, "candidate-{id} stopped leading: {detail}");
         shared.terms.lock().unwrap().push(Term {
             leader: id,
+            fencing_token: leadership.fencing_token(),
             start,
             end,
             why,
@@ -190,13 +203,13 @@ async fn candidate(id: usize, lock: Redlock, shared: Arc<Shared>) -> Result {
         });
 
         if was_lost {
-            drop(guard); // nothing to release any more; dropping stops the watchdog
+            drop(leadership); // nothing to give up any more; dropping stops the watchdog
         } else {
-            match guard.release().await {
-                Ok(()) => event!(shared, "candidate-{id} released the lock"),
+            match leadership.resign().await {
+                Ok(()) => event!(shared, "candidate-{id} resigned"),
                 // Nodes down or slow: the lock then expires with its TTL, and the next
                 // leader takes over a little later.
-                Err(err) => event!(shared, "candidate-{id}: release not confirmed: {err}"),
+                Err(err) => event!(shared, "candidate-{id}: resignation not confirmed: {err}"),
             }
         }
         if *shutdown.borrow() {
@@ -206,15 +219,24 @@ async fn candidate(id: usize, lock: Redlock, shared: Arc<Shared>) -> Result {
     }
 }
 
-/// Acquires the leader lock, however long it takes. While another candidate leads, each
-/// `acquire` ends in `Held` after its retries; while the nodes are unreachable, in
-/// `NoQuorum`.
-async fn campaign(lock: &Redlock) -> Result<LockGuard, LockError> {
-    loop {
-        match lock.acquire(LEADER).await {
-            Err(err) if err.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
-            outcome => return outcome,
+/// Prints every change of leader, as any process (a load balancer, a dashboard) sees them.
+async fn observe(election: Election<Redlock>, shared: Arc<Shared>) {
+    let mut changes = Box::pin(election.observe());
+    let mut blind = false;
+    while let Some(change) = changes.next().await {
+        match &change {
+            Ok(Some(leader)) => event!(
+                shared,
+                "   observer: {} leads (term {})",
+                leader.value,
+                leader.fencing_token
+            ),
+            Ok(None) => event!(shared, "   observer: nobody leads"),
+            // Said once per outage: the stream goes on asking.
+            Err(_) if blind => continue,
+            Err(err) => event!(shared, "   observer: cannot tell who leads: {err}"),
         }
+        blind = change.is_err();
     }
 }
 
@@ -226,18 +248,18 @@ async fn lead(batches: &mut u64) {
     }
 }
 
-/// Why the lease ended, and how long before the lock's deadline the leader stopped.
-fn stepped_down(guard: &LockGuard, end: &LeaseEnd) -> String {
+/// Why the term ended, and how long before its deadline the leader stopped.
+fn stepped_down(leadership: &Leadership, end: &LeaseEnd) -> String {
     let why = match end {
         LeaseEnd::Lost(err) if matches!(**err, LockError::NoQuorum { .. }) => {
-            "lost the lock (no quorum answered its extensions)".to_owned()
+            "lost its term (no quorum answered its extensions)".to_owned()
         }
-        LeaseEnd::Lost(_) => "lost the lock (the nodes no longer hold it)".to_owned(),
-        other => format!("lost the lock ({other})"),
+        LeaseEnd::Lost(_) => "lost its term (the nodes no longer hold it)".to_owned(),
+        other => format!("lost its term ({other})"),
     };
     format!(
         "{why}, {:.0?} before it would have expired",
-        guard.validity()
+        leadership.validity()
     )
 }
 
@@ -245,11 +267,12 @@ fn stepped_down(guard: &LockGuard, end: &LeaseEnd) -> String {
 fn check(terms: &[Term], origin: Instant) -> Result {
     let mut terms = terms.to_vec();
     terms.sort_by_key(|term| term.start);
-    println!("\nterm  leader       from    to      batches  ended");
+    println!("\nterm  token  leader       from    to      batches  ended");
     for (n, term) in terms.iter().enumerate() {
         println!(
-            "{:>4}  candidate-{}  {:>5.2}s  {:>5.2}s  {:>7}  {}",
+            "{:>4}  {:>5}  candidate-{}  {:>5.2}s  {:>5.2}s  {:>7}  {}",
             n + 1,
+            term.fencing_token,
             term.leader,
             (term.start - origin).as_secs_f64(),
             (term.end - origin).as_secs_f64(),
@@ -260,6 +283,14 @@ fn check(terms: &[Term], origin: Instant) -> Result {
     let mut failures = Vec::new();
     for (n, pair) in terms.windows(2).enumerate() {
         let (before, after) = (&pair[0], &pair[1]);
+        if after.fencing_token <= before.fencing_token {
+            failures.push(format!(
+                "term {} has token {}, not above the {} of the term before",
+                n + 2,
+                after.fencing_token,
+                before.fencing_token
+            ));
+        }
         if after.start < before.end {
             failures.push(format!(
                 "candidate-{} became leader {:.0?} before candidate-{} stepped down",
@@ -280,11 +311,14 @@ fn check(terms: &[Term], origin: Instant) -> Result {
         failures.push(format!("expected 3 terms, got {}", terms.len()));
     }
     if !terms.first().is_some_and(|term| term.lost) {
-        failures.push("the first leader did not step down on losing its lock".to_owned());
+        failures.push("the first leader did not step down on losing its term".to_owned());
     }
     if !failures.is_empty() {
         return Err(failures.join("; ").into());
     }
-    println!("OK: {} terms, never two leaders at once", terms.len());
+    println!(
+        "OK: {} terms, never two leaders at once, tokens increasing",
+        terms.len()
+    );
     Ok(())
 }

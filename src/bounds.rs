@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use crate::{
-    AutoExtend, LockConfig, LockError, LockFactory, LockGuard, LockToken, LostSignal, NamedLock,
-    RedisLock, Redlock, ReplicaAcks,
+    AutoExtend, Election, Leader, Leadership, LockConfig, LockError, LockFactory, LockGuard,
+    LockToken, LostSignal, NamedLock, Permit, RedisLock, Redlock, ReplicaAcks, RwLock, Semaphore,
 };
 
 fn send<T: Send>(_: &T) {}
@@ -28,6 +28,45 @@ const _: fn() = || {
     send_sync::<LockError>();
     send_sync::<AutoExtend>();
     send_sync::<ReplicaAcks>();
+    send_sync::<Semaphore<Redlock>>();
+    send_sync::<Semaphore<RedisLock>>();
+    send_sync::<Permit>();
+    send_sync::<Election<Redlock>>();
+    send_sync::<Election<RedisLock>>();
+    send_sync::<Leadership>();
+    send_sync::<Leader>();
+    send_sync::<RwLock<Redlock>>();
+    send_sync::<RwLock<RedisLock>>();
+};
+
+const _: fn(&RwLock<Redlock>) = |rwlock| {
+    send(&rwlock.try_read());
+    send(&rwlock.read());
+    send(&rwlock.read_timeout(Duration::from_secs(1)));
+    send(&rwlock.with_read(|_lost| async {}));
+    send(&rwlock.try_write());
+    send(&rwlock.write());
+    send(&rwlock.write_timeout(Duration::from_secs(1)));
+    send(&rwlock.with_write(|_lost| async {}));
+};
+
+/// The lock family's futures.
+const _: fn(&Semaphore<Redlock>, &mut Permit) = |semaphore, permit| {
+    send(&semaphore.try_acquire());
+    send(&semaphore.acquire());
+    send(&semaphore.acquire_timeout(Duration::from_secs(1)));
+    send(&semaphore.with(|_lost| async {}));
+    send(&permit.refresh());
+    send(&permit.is_acquired());
+};
+
+const _: fn(&Election<Redlock>, &mut Leadership) = |election, leadership| {
+    send(&election.campaign("value"));
+    send(&election.campaign_timeout("value", Duration::from_secs(1)));
+    send(&election.leader());
+    send(&election.observe());
+    send(&leadership.proclaim("value"));
+    send(&leadership.is_leader());
 };
 
 /// The futures of the operations, made (never awaited) from borrowed locks and guards.

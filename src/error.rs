@@ -173,6 +173,33 @@ pub enum ConfigError {
         /// The absolute floor, [`AutoExtend::MIN_INTERVAL`](crate::AutoExtend::MIN_INTERVAL).
         floor: Duration,
     },
+    /// A [`Semaphore`](crate::Semaphore) needs at least one permit, and at most
+    /// [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS).
+    #[error("a semaphore needs between 1 and {max} permits, got {permits}")]
+    InvalidPermits {
+        /// The rejected number of permits.
+        permits: u32,
+        /// The most accepted.
+        max: u32,
+    },
+    /// A leader election numbers its terms by fencing tokens: the lock must be built with
+    /// [`fencing`](crate::LockConfigBuilder::fencing) on.
+    #[error(
+        "{what} needs fencing tokens: build its lock with LockConfig::builder().fencing(true)"
+    )]
+    FencingRequired {
+        /// What needs them.
+        what: &'static str,
+    },
+    /// A candidate's value is longer than
+    /// [`Election::MAX_VALUE_LEN`](crate::Election::MAX_VALUE_LEN).
+    #[error("a leader's value is {len} bytes long; at most {max} are accepted")]
+    LeaderValueTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The most accepted.
+        max: usize,
+    },
 }
 
 /// What went wrong with one node during one command.
@@ -188,6 +215,11 @@ pub enum NodeError {
     /// The node answered with an error (or a reply this library does not understand).
     #[error("redis error: {0}")]
     Redis(String),
+    /// The node does not implement the request (it answered
+    /// [`NodeReply::Unsupported`](crate::node::NodeReply::Unsupported)); the request's
+    /// name.
+    #[error("the node does not support the {0} request")]
+    Unsupported(&'static str),
 }
 
 /// A node and what went wrong with it; the node's name never contains a password.

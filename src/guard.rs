@@ -229,6 +229,16 @@ impl LockGuard {
         outcome
     }
 
+    /// The lease this guard holds.
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// The coordinator that granted the lease.
+    pub(crate) fn coordinator(&self) -> &Coordinator {
+        &self.coordinator
+    }
+
     /// Whether this guard came from a lock on the same node connections as `coordinator`.
     pub(crate) fn belongs_to(&self, coordinator: &Coordinator) -> bool {
         self.coordinator.shares_nodes_with(coordinator)

@@ -102,6 +102,18 @@
 //! [`DistributedLock::acquire_many`] locks a set of resources atomically: on each node all
 //! keys or none, the quorum rule over nodes, one guard for all.
 //!
+//! # The lock family
+//!
+//! Built on the same quorum, each with the guard, the watchdog, the lost signal and the
+//! deadlines of the mutex:
+//!
+//! - [`RwLock`]: any number of readers or one writer; a waiting writer keeps new readers
+//!   out.
+//! - [`Semaphore`]: at most K holders at once, as K permit slots that are each a mutex
+//!   (a count per node would not be safe).
+//! - [`Election`]: leader election with `campaign`, `resign` and `observe`, its terms
+//!   numbered by fencing tokens.
+//!
 //! # Errors
 //!
 //! Every failure is a [`LockError`] naming the resource and the reason:
@@ -182,8 +194,10 @@ pub use redis;
 mod bounds;
 mod cohort;
 mod config;
+mod election;
 mod error;
 mod factory;
+mod family;
 pub mod fencing;
 mod guard;
 mod handoff;
@@ -197,7 +211,9 @@ mod redlock;
 mod resource;
 mod retry;
 mod round;
+mod rwlock;
 mod scoped;
+mod semaphore;
 mod single;
 #[cfg(feature = "tls")]
 mod tls;
@@ -209,14 +225,18 @@ mod watchdog;
 pub mod sim;
 
 pub use config::{LockConfig, LockConfigBuilder, ReplicaAcks};
+pub use election::{Election, Leader, Leadership};
 pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
 pub use factory::{LockFactory, NamedLock};
+pub use family::QuorumLock;
 pub use guard::LockGuard;
 pub use lease::LostSignal;
 pub use lock::DistributedLock;
 pub use metrics::{LockMetrics, NodeMetrics};
 pub use redlock::Redlock;
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
+pub use rwlock::RwLock;
+pub use semaphore::{Permit, Semaphore};
 pub use single::RedisLock;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]

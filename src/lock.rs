@@ -13,7 +13,8 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LostSignal};
 use crate::metrics::{LockMetrics, NodeMetrics};
-use crate::quorum::Coordinator;
+use crate::quorum::{Claim, Coordinator};
+use crate::resource::Resources;
 
 /// A lock that many processes share through Redis.
 ///
@@ -302,6 +303,17 @@ impl Lock {
     pub(crate) async fn refresh(&self, guard: &mut LockGuard) -> Result<Duration, LockError> {
         self.check_origin(guard)?;
         guard.refresh().await
+    }
+
+    /// One attempt over `resources` by `claim` (a side of a read-write lock); the guard is
+    /// a mutex guard of the keys the claim took.
+    pub(crate) async fn try_claim(
+        &self,
+        resources: &Resources,
+        claim: &Claim,
+    ) -> Result<LockGuard, LockError> {
+        let lease = self.coordinator.try_claim(resources, claim).await?;
+        Ok(self.guard(lease))
     }
 
     /// The guard of a lease this lock's coordinator granted. Made in the same poll as the

@@ -317,3 +317,12 @@ impl DistributedLock for Redlock {
         self.lock.refresh(guard).await
     }
 }
+
+impl crate::family::sealed::Sealed for Redlock {
+    #[allow(private_interfaces)] // the trait is sealed: only this crate can call it
+    fn inner(&self) -> &Lock {
+        &self.lock
+    }
+}
+
+impl crate::family::QuorumLock for Redlock {}

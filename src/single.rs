@@ -243,3 +243,12 @@ impl DistributedLock for RedisLock {
         self.lock.refresh(guard).await
     }
 }
+
+impl crate::family::sealed::Sealed for RedisLock {
+    #[allow(private_interfaces)] // the trait is sealed: only this crate can call it
+    fn inner(&self) -> &Lock {
+        &self.lock
+    }
+}
+
+impl crate::family::QuorumLock for RedisLock {}

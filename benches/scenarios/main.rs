@@ -13,6 +13,7 @@
 //! the per-repetition ratios (the two runs of a repetition are back to back).
 
 mod clients;
+mod family;
 mod load;
 mod machine;
 mod memory;
@@ -180,6 +181,8 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         cluster.flush_all().await.expect("flush the nodes");
     }
     drop(proxy);
+    let (family_tables, family_failures) = family::run(&options, &direct).await;
+    failures.extend(family_failures);
 
     let memory = if options.wants("mem") {
         println!("== memory: {} locks held and auto-extended", options.locks);
@@ -238,6 +241,7 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
     if let Some(scaling) = &scaling {
         tables.push_str(&scaling.markdown());
     }
+    tables.push_str(&family_tables);
     println!("\n{tables}");
 
     let plots = options.plots.clone().or_else(|| {

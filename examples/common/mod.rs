@@ -60,6 +60,18 @@ pub async fn lock_nodes(local: usize) -> Result<Nodes> {
     })
 }
 
+/// Like [`lock_nodes`], with local nodes that keep their data as `persistence` says
+/// (fencing needs an append-only file).
+pub async fn lock_nodes_with(local: usize, persistence: Persistence) -> Result<Nodes> {
+    Ok(match nodes_from_env() {
+        Some(urls) => Nodes::remote(urls),
+        None => {
+            let options = NodeOptions::default().with_persistence(persistence);
+            Nodes::local(RedisCluster::start_with(local, options).await?)
+        }
+    })
+}
+
 /// Like [`lock_nodes`], plus a store for the protected data: with local nodes a server of
 /// its own (as a database would be: the lock nodes only hold locks), with
 /// `QUORUMLOCK_NODES` the first node (the example keeps its data under its own keys).

@@ -4,6 +4,7 @@
 //! - `quorumlock run --resource NAME [--ttl 30s] [--wait 10s | --no-wait] -- CMD ARGS...`
 //!   runs a command while holding the lock, keeping it alive, and exits with the
 //!   command's status (or a documented code of its own).
+//!   `--shared` takes it shared (as `flock -s`), `--permits K` one of K permits.
 //! - `quorumlock status NAME` shows the lock on each node and whether they agree.
 //! - `quorumlock release NAME --token T` deletes a lock by its token (for operators).
 //! - `quorumlock bench` measures what a lock costs on the nodes, safely.
@@ -20,6 +21,7 @@ mod args;
 mod bench;
 mod duration;
 mod exit;
+mod hold;
 mod node_url;
 mod nodes;
 mod output;
@@ -27,6 +29,7 @@ mod release;
 mod run;
 mod signal;
 mod status;
+mod status_family;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -137,14 +137,6 @@ impl AnyLock {
         lock.map_err(|error| CliError::from_lock(&error))
     }
 
-    /// One attempt.
-    pub async fn try_acquire(&self, resource: &str) -> Result<LockGuard, LockError> {
-        match self {
-            AnyLock::Single(lock) => lock.try_acquire(resource).await,
-            AnyLock::Quorum(lock) => lock.try_acquire(resource).await,
-        }
-    }
-
     /// Attempts until `timeout` (the configured retry count permitting).
     pub async fn acquire_timeout(
         &self,

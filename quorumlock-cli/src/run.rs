@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::args::{GlobalArgs, Orphans, RunArgs};
 use crate::duration::{format_duration, millis};
 use crate::exit::{command_status_code, CliError, Kind};
+use crate::hold::Hold;
 use crate::nodes::{node_urls, AnyLock};
 use crate::output::{failures, Event, Output, TallyJson};
 use crate::signal::{
@@ -52,12 +53,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
         None => out.note(|| format!("taking {resource:?} on {} node(s)", urls.len())),
     }
     let waiting_since = Instant::now();
-    let acquisition = async {
-        match args.wait {
-            Some(wait) => lock.acquire_timeout(resource, wait).await,
-            None => lock.try_acquire(resource).await,
-        }
-    };
+    let acquisition = lock.take(resource, Hold::of(args), args.wait);
     let mut guard = tokio::select! {
         acquired = acquisition => acquired.map_err(|error| {
             let error = CliError::from_lock(&error);

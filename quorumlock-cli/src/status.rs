@@ -67,6 +67,17 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
     let urls = node_urls(global)?;
     let members = members(global, &urls)?;
     let budget = operator_timeout(global);
+    // The family's sections read standalone members only (see `status_family`).
+    let servers: Vec<Option<redis::Client>> = members
+        .iter()
+        .map(|member| match member {
+            Member::Server(client) => Some(client.clone()),
+            Member::Cluster(_) | Member::Sentinel(_) => None,
+        })
+        .collect();
+    let family =
+        crate::status_family::read(global, &args.resource, &key, args.permits, &servers, budget)
+            .await?;
     let (views, placements): (Vec<NodeView>, Vec<Option<String>>) = join_all(
         members
             .into_iter()
@@ -102,8 +113,9 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
             node["placement"] = json!(placement);
         }
     }
+    family.add_json(&mut json, &names);
     out.result(&json, || {
-        report_text(
+        let mut text = report_text(
             &args.resource,
             &key,
             &names,
@@ -111,7 +123,9 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
             quorum,
             &verdict,
             agree,
-        )
+        );
+        family.add_text(&mut text);
+        text
     });
     if verdict == Verdict::Unknown {
         let failed = views
@@ -278,7 +292,7 @@ fn view_of(value: Option<Vec<u8>>, pttl: i64) -> NodeView {
 /// Two plain commands in one pipeline, no `MULTI`/`EXEC`: a lock's user needs no
 /// transaction rights (docs/operations.md, "ACL users"). A key that expires between the
 /// two reads (`PTTL` -2) is reported free, as it is by then.
-async fn read_node(client: redis::Client, key: &str, budget: Duration) -> NodeView {
+pub(crate) async fn read_node(client: redis::Client, key: &str, budget: Duration) -> NodeView {
     let query = async {
         let mut connection = client.get_multiplexed_async_connection().await?;
         get_and_pttl(&mut connection, key).await

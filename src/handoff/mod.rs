@@ -15,4 +15,4 @@ mod waiter;
 mod watches;
 
 pub(crate) use self::shared::HandOff;
-pub(crate) use self::waiter::{Asking, Next, TurnTimedOut, Waiter};
+pub(crate) use self::waiter::{waiter_interest, Asking, Next, TurnTimedOut, Waiter};

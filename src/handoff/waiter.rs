@@ -270,7 +270,7 @@ async fn turn_before(
 /// ever goes between two attempts (two of the longest retry waits and four node timeouts,
 /// plus a margin for scheduling), so that a live waiter keeps it and a dead one leaves it
 /// behind no longer. Its queue place, or its interest in announcements.
-fn waiter_interest(config: &LockConfig) -> Duration {
+pub(crate) fn waiter_interest(config: &LockConfig) -> Duration {
     let longest_wait = config.retry_delay().saturating_add(config.retry_jitter());
     longest_wait
         .saturating_mul(2)

@@ -232,6 +232,67 @@ impl<'n> dyn LockNode + 'n {
         self.watch(NodeRequest::WatchReservations { client })
     }
 
+    /// [`NodeRequest::LockShared`]: whether the reader's entry was taken. Unsupported, an
+    /// error: a node that cannot keep readers out of a writer's way must not grant either.
+    pub fn try_lock_shared<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        writer: &'a str,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + Unpin + 'a {
+        let request = NodeRequest::LockShared {
+            keys,
+            token,
+            ttl,
+            writer,
+        };
+        self.expect(request, done)
+    }
+
+    /// [`NodeRequest::LockExclusive`]: whether the write side was taken. Unsupported, an
+    /// error, as for [`try_lock_shared`](Self::try_lock_shared).
+    pub fn try_lock_exclusive<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        waiting: Option<Duration>,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + Unpin + 'a {
+        let request = NodeRequest::LockExclusive {
+            keys,
+            token,
+            ttl,
+            waiting,
+        };
+        self.expect(request, done)
+    }
+
+    /// [`NodeRequest::Proclaim`]: whether the record was written.
+    pub fn proclaim<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        record: &'a str,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + Unpin + 'a {
+        self.expect(
+            NodeRequest::Proclaim {
+                keys,
+                token,
+                record,
+            },
+            done,
+        )
+    }
+
+    /// [`NodeRequest::ReadProclamation`]: the current leader's record, if any.
+    pub fn read_proclamation<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+    ) -> impl Future<Output = Result<Option<String>, NodeError>> + Send + Unpin + 'a {
+        self.expect(NodeRequest::ReadProclamation { keys }, text)
+    }
+
     /// Whether the node's requests go out when first polled ([`NodeHints`]).
     pub(crate) fn sends_when_polled(&self) -> bool {
         self.hints().sends_when_polled
@@ -322,6 +383,14 @@ fn done(reply: NodeReply) -> Result<bool, NodeReply> {
     }
 }
 
+/// The text of a [`Text`](NodeReply::Text) reply.
+fn text(reply: NodeReply) -> Result<Option<String>, NodeReply> {
+    match reply {
+        NodeReply::Text(text) => Ok(text),
+        other => Err(other),
+    }
+}
+
 /// The value of a [`Counter`](NodeReply::Counter) reply.
 fn counter(reply: NodeReply) -> Result<u64, NodeReply> {
     match reply {
@@ -331,11 +400,9 @@ fn counter(reply: NodeReply) -> Result<u64, NodeReply> {
 }
 
 /// The error for a `reply` that does not answer the request `what`.
-fn unexpected(what: &str, reply: &NodeReply) -> NodeError {
+fn unexpected(what: &'static str, reply: &NodeReply) -> NodeError {
     match reply {
-        NodeReply::Unsupported => {
-            NodeError::Redis(format!("the node does not support the {what} request"))
-        }
+        NodeReply::Unsupported => NodeError::Unsupported(what),
         other => NodeError::Redis(format!("unexpected reply to {what}: {other:?}")),
     }
 }

@@ -131,6 +131,62 @@ pub enum NodeRequest<'a> {
         /// The lock client whose waiters are watched.
         client: &'a str,
     },
+    /// The read side of a read-write lock: sets the reader's own entry `keys` to `token`
+    /// with a TTL and lists it among the readers of `writer`, only if `writer` (the write
+    /// side's key) is free and no writer waits for it (see
+    /// [`LockExclusive`](Self::LockExclusive)). Answers [`Done(true)`](NodeReply::Done)
+    /// when the entry was taken. The entry is then a lock key like any other: released,
+    /// extended and checked by [`Unlock`](Self::Unlock), [`Extend`](Self::Extend) and
+    /// [`Holds`](Self::Holds).
+    ///
+    /// Unsupported, the read-write lock cannot run on the node: the acquisition counts it
+    /// as failed ([`NodeError::Unsupported`](crate::NodeError::Unsupported)), never as a
+    /// grant.
+    LockShared {
+        /// The reader's entry (one key).
+        keys: &'a [Arc<str>],
+        /// The token to set it to.
+        token: &'a LockToken,
+        /// How long it lives.
+        ttl: Duration,
+        /// The write side's key.
+        writer: &'a str,
+    },
+    /// The write side of a read-write lock: as [`Lock`](Self::Lock) on the one key `keys`,
+    /// only if no listed reader's entry still exists either. When refused and `waiting` is
+    /// set, marks a writer as waiting for that long, which refuses new readers (writer
+    /// preference). Answers [`Done(true)`](NodeReply::Done) when the lock was taken.
+    ///
+    /// Unsupported: as for [`LockShared`](Self::LockShared), a failure, never a grant.
+    LockExclusive {
+        /// The write side's key (one key).
+        keys: &'a [Arc<str>],
+        /// The token to set it to.
+        token: &'a LockToken,
+        /// How long it lives.
+        ttl: Duration,
+        /// How long to keep new readers out after a refusal; `None` for a writer that
+        /// will not try again.
+        waiting: Option<Duration>,
+    },
+    /// Records `record` as the leader's, only while the lock key `keys` holds `token`:
+    /// [`Done`](NodeReply::Done) says whether it did. Kept beside the lock key, without
+    /// a TTL: a record whose token no longer holds the lock is stale and never read.
+    Proclaim {
+        /// The election's lock key (one key).
+        keys: &'a [Arc<str>],
+        /// The leader's lock token.
+        token: &'a LockToken,
+        /// What to record.
+        record: &'a str,
+    },
+    /// The record of the leader that holds the lock key `keys` right now:
+    /// [`Text`](NodeReply::Text), `None` when the key is free or its holder recorded
+    /// nothing.
+    ReadProclamation {
+        /// The election's lock key (one key).
+        keys: &'a [Arc<str>],
+    },
 }
 
 impl NodeRequest<'_> {
@@ -148,6 +204,10 @@ impl NodeRequest<'_> {
             NodeRequest::LeaveQueue { .. } => "leave queue",
             NodeRequest::WatchReleases { .. } => "watch releases",
             NodeRequest::WatchReservations { .. } => "watch reservations",
+            NodeRequest::LockShared { .. } => "lock shared",
+            NodeRequest::LockExclusive { .. } => "lock exclusive",
+            NodeRequest::Proclaim { .. } => "proclaim",
+            NodeRequest::ReadProclamation { .. } => "read proclamation",
         }
     }
 }
@@ -162,6 +222,8 @@ pub enum NodeReply {
     Counter(u64),
     /// A watch of the node's release announcements.
     Watch(ReleaseWatch),
+    /// A stored text, or its absence.
+    Text(Option<String>),
     /// The node does not implement this request.
     Unsupported,
 }

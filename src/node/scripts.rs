@@ -19,6 +19,8 @@
 //! | `quorumlock:watched:<key>` | string | present while some waiter that races for `<key>` (not queued) wants its releases announced |
 //! | `quorumlock:fence:<key>` | string | the [fencing](crate::fencing) counter of `<key>`; never expires |
 //!
+//! The read-write lock's and the election's keys are listed with their scripts (`family`).
+//!
 //! Both queue keys expire with their longest-lived place, and the watch marker with its
 //! last waiter's interest, so an idle lock leaves nothing behind. A release is announced
 //! only when one of them exists: an uncontended release runs no `PUBLISH`, which costs as
@@ -32,6 +34,12 @@ use std::sync::{Arc, OnceLock};
 use redis::{Cmd, ErrorKind, RedisResult, RedisWrite, Script, ServerErrorKind, Value};
 
 use super::link::is_unreachable;
+
+mod family;
+pub(crate) use self::family::{
+    LEADER_PREFIX, LOCK_EXCLUSIVE, LOCK_SHARED, PROCLAIM, READERS_PREFIX, READER_PREFIX,
+    WRITER_WAITING_PREFIX,
+};
 
 /// The queue of the lock key `key` is this prefix and the key: the waiters in order.
 pub(crate) const QUEUE_PREFIX: &str = "quorumlock:waiters:";
@@ -73,6 +81,15 @@ pub enum NodeScript {
     Extend,
     /// Raises fencing counters to a value unless higher. ARGV: the value.
     RaiseCounter,
+    /// Takes a reader's entry of a read-write lock. KEYS: the entry, the write side, the
+    /// reader list, the writer-waiting mark. ARGV: token, TTL in ms.
+    LockShared,
+    /// Takes the write side of a read-write lock. KEYS: the write side, the reader list,
+    /// the writer-waiting mark. ARGV: token, TTL in ms, waiting time in ms (0: none).
+    LockExclusive,
+    /// Writes an election leader's record while its lock key holds its token. KEYS: the
+    /// lock key, the record. ARGV: token, record.
+    Proclaim,
 }
 
 /// The keys a script takes after the lock keys of its call.
@@ -91,7 +108,7 @@ pub(crate) enum KeyLayout {
 #[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))]
 impl NodeScript {
     /// Every script, in the order the node's scripts are listed.
-    pub const ALL: [NodeScript; 8] = [
+    pub const ALL: [NodeScript; 11] = [
         NodeScript::Lock,
         NodeScript::LockWatching,
         NodeScript::LockQueued,
@@ -100,6 +117,9 @@ impl NodeScript {
         NodeScript::LeaveQueue,
         NodeScript::Extend,
         NodeScript::RaiseCounter,
+        NodeScript::LockShared,
+        NodeScript::LockExclusive,
+        NodeScript::Proclaim,
     ];
 
     /// The script's Lua source, exactly as the node sends it.
@@ -113,6 +133,9 @@ impl NodeScript {
             NodeScript::LeaveQueue => LEAVE_QUEUE,
             NodeScript::Extend => EXTEND,
             NodeScript::RaiseCounter => RAISE_COUNTER,
+            NodeScript::LockShared => LOCK_SHARED,
+            NodeScript::LockExclusive => LOCK_EXCLUSIVE,
+            NodeScript::Proclaim => PROCLAIM,
         }
     }
 
@@ -132,6 +155,10 @@ impl NodeScript {
     pub(crate) fn layout(self) -> KeyLayout {
         match self {
             NodeScript::Lock | NodeScript::Extend | NodeScript::RaiseCounter => KeyLayout::LockKeys,
+            // Their whole KEYS come from `wire`, with the family's prefixes.
+            NodeScript::LockShared | NodeScript::LockExclusive | NodeScript::Proclaim => {
+                KeyLayout::LockKeys
+            }
             NodeScript::LockWatching => KeyLayout::FirstMarker,
             NodeScript::LockQueued => KeyLayout::Queues,
             NodeScript::LockQueuedMany | NodeScript::Unlock | NodeScript::LeaveQueue => {

@@ -9,6 +9,8 @@
 //! command, or a [`ScriptCall`] of a [`NodeScript`] with its arguments), and the [`Read`]
 //! of its reply; a new script also needs its [`NodeScript`] variant, source and layout.
 
+mod family;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,6 +75,8 @@ pub(crate) enum Read {
     },
     /// Any reply: done.
     Done,
+    /// `MGET` of an election's lock key and its leader record: the record, when current.
+    Proclamation,
 }
 
 /// The command, or the script call, that carries out `request` on a node whose scripts
@@ -172,6 +176,24 @@ pub(crate) fn wire_announcing<'a>(
         NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
             Wire::Unsupported
         }
+        NodeRequest::LockShared {
+            keys,
+            token,
+            ttl,
+            writer,
+        } => family::lock_shared(scripts, keys, token, ttl, writer)?,
+        NodeRequest::LockExclusive {
+            keys,
+            token,
+            ttl,
+            waiting,
+        } => family::lock_exclusive(scripts, keys, token, ttl, waiting)?,
+        NodeRequest::Proclaim {
+            keys,
+            token,
+            record,
+        } => family::proclaim(scripts, keys, token, record)?,
+        NodeRequest::ReadProclamation { keys } => family::read_proclamation(keys)?,
     })
 }
 
@@ -309,6 +331,7 @@ impl Read {
                 NodeReply::Counter(highest)
             }
             Read::Done => NodeReply::Done(true),
+            Read::Proclamation => NodeReply::Text(family::proclamation(reply)?),
         })
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::family::Claim;
 use super::rounds::{Answer, Command, Wait};
 use super::Coordinator;
 use crate::cohort::Seat;
@@ -42,7 +43,7 @@ impl Coordinator {
         let result = async {
             let resources = Resources::new(&self.config, resources)?;
             span.record("resource", resources.name.as_str());
-            self.attempt(&resources, &Asking::Plain).await
+            self.attempt(&resources, &Asking::Plain, None).await
         }
         .instrument(span.clone())
         .await;
@@ -51,7 +52,7 @@ impl Coordinator {
     }
 
     /// Notes how an acquisition ended: on its span, and in the metrics.
-    fn acquisition_ended(
+    pub(super) fn acquisition_ended(
         &self,
         span: &tracing::Span,
         result: &Result<Arc<Lease>, LockError>,
@@ -75,10 +76,11 @@ impl Coordinator {
 
     /// One round over already validated resources; see [`try_acquire`](Self::try_acquire).
     /// A waiter's attempt says how it waits (see [`Asking`]).
-    async fn attempt(
+    pub(super) async fn attempt(
         self: &Arc<Self>,
         resources: &Resources,
         asking: &Asking,
+        claim: Option<&Claim>,
     ) -> Result<Arc<Lease>, LockError> {
         let resource = resources.name.as_str();
         let keys = Arc::clone(&resources.keys);
@@ -99,10 +101,11 @@ impl Coordinator {
         Counters::bump(&self.counters.attempts);
         let started = Instant::now();
         let ttl = self.config.ttl();
-        let command = match asking {
-            Asking::Plain => Command::Lock(ttl),
-            Asking::Watching(interest) => Command::LockWatching(ttl, *interest),
-            Asking::Queued(place) => Command::LockQueued(ttl, Arc::clone(place)),
+        let command = match (claim, asking) {
+            (Some(claim), _) => claim.command(ttl),
+            (None, Asking::Plain) => Command::Lock(ttl),
+            (None, Asking::Watching(interest)) => Command::LockWatching(ttl, *interest),
+            (None, Asking::Queued(place)) => Command::LockQueued(ttl, Arc::clone(place)),
         };
         let mut in_flight = self.send(command, &keys, &token);
         let mut tally = self.empty_tally();
@@ -119,7 +122,14 @@ impl Coordinator {
         let (granted, refused, failed) = (tally.granted, tally.refused.len(), tally.failures.len());
         // Kept for the guard, so that a holder can tell a quorum reached with nodes failing.
         let won = tally.has_quorum().then(|| tally.clone());
-        match self.confirm(resource, &keys, tally, started).await {
+        // A reader's keys are its own entry, new on every read: its token is minted on the
+        // lock's counter, so that the read side's fencing leaves no key per read behind and
+        // orders readers after every earlier writer.
+        let fenced = match claim {
+            Some(Claim::Shared { writer }) => Keys::from([Arc::clone(writer)]),
+            _ => Arc::clone(&keys),
+        };
+        match self.confirm(resource, &fenced, tally, started).await {
             Ok((deadline, fencing_token)) => {
                 cleanup.disarm();
                 Counters::bump(&self.counters.acquired);
@@ -302,7 +312,7 @@ impl Coordinator {
             let attempt_started = Instant::now();
             attempts += 1;
             span.record("attempts", attempts);
-            let attempt = self.attempt(resources, &asking);
+            let attempt = self.attempt(resources, &asking, None);
             let result = match deadline {
                 None => attempt.await,
                 Some(deadline) => tokio::time::timeout_at(deadline, attempt)

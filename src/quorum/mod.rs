@@ -10,6 +10,8 @@
 //!   blocking acquire that repeats it, with the drop guards that make both cancel-safe.
 //! - `held`: what a held lock's [`Lease`] asks of the nodes: release, refresh, holds.
 //! - `stragglers`: the requests a decided round leaves in flight.
+//! - `family`: what the read-write lock and the election ask beyond the mutex: an
+//!   acquisition by another lock request ([`Claim`]), the leader's record.
 //!
 //! An acquisition hands out a [`Lease`], not a guard: the guard sits above the
 //! coordinator, which it calls for each of its operations.
@@ -21,6 +23,7 @@
 //! [`Lease`]: crate::lease::Lease
 
 mod acquire;
+mod family;
 mod held;
 mod rounds;
 mod stragglers;
@@ -35,6 +38,8 @@ use crate::metrics::{Counters, NodeMetrics};
 use crate::node::LockNode;
 use crate::observe::Observed;
 use crate::round::NodeSet;
+
+pub(crate) use self::family::Claim;
 
 /// The Redlock algorithm over a fixed set of nodes with one configuration.
 pub(crate) struct Coordinator {

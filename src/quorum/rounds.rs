@@ -24,6 +24,12 @@ pub(super) enum Command {
     Unlock,
     Extend(Duration),
     Holds,
+    /// The read side of a read-write lock, of the write side's key.
+    LockShared(Duration, Arc<str>),
+    /// The write side, marking a writer as waiting for this long when refused.
+    LockExclusive(Duration, Option<Duration>),
+    /// An election leader's record.
+    Proclaim(Arc<str>),
 }
 
 /// How long a round waits for replies.
@@ -94,6 +100,13 @@ impl Coordinator {
                     Command::Unlock => node.unlock(&keys, &token).await,
                     Command::Extend(ttl) => node.extend(&keys, &token, ttl).await,
                     Command::Holds => node.holds(&keys, &token).await,
+                    Command::LockShared(ttl, writer) => {
+                        node.try_lock_shared(&keys, &token, ttl, &writer).await
+                    }
+                    Command::LockExclusive(ttl, waiting) => {
+                        node.try_lock_exclusive(&keys, &token, ttl, waiting).await
+                    }
+                    Command::Proclaim(record) => node.proclaim(&keys, &token, &record).await,
                 }
             }
         })

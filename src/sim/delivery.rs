@@ -417,6 +417,14 @@ fn describe<'a>(
             (op, keys, Some(token), Some(&place.waiter))
         }
         NodeRequest::LeaveQueue { keys, waiter } => (Op::LeaveQueue, keys, None, Some(waiter)),
+        NodeRequest::LockShared {
+            keys, token, ttl, ..
+        } => (Op::LockShared { ttl }, keys, Some(token), None),
+        NodeRequest::LockExclusive {
+            keys, token, ttl, ..
+        } => (Op::LockExclusive { ttl }, keys, Some(token), None),
+        NodeRequest::Proclaim { keys, token, .. } => (Op::Proclaim, keys, Some(token), None),
+        NodeRequest::ReadProclamation { keys } => (Op::ReadProclamation, keys, None, None),
         NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
             unreachable!("a watch sends no command")
         }

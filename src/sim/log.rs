@@ -97,14 +97,37 @@ pub enum Op {
         /// The value asked for.
         value: u64,
     },
+    /// [`NodeRequest::LockShared`](crate::node::NodeRequest::LockShared): a reader's
+    /// entry of a read-write lock.
+    LockShared {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// [`NodeRequest::LockExclusive`](crate::node::NodeRequest::LockExclusive): the write
+    /// side of a read-write lock.
+    LockExclusive {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+    /// [`NodeRequest::Proclaim`](crate::node::NodeRequest::Proclaim): an election
+    /// leader's record.
+    Proclaim,
+    /// [`NodeRequest::ReadProclamation`](crate::node::NodeRequest::ReadProclamation): the
+    /// current leader's record.
+    ReadProclamation,
 }
 
 impl Op {
-    /// Whether this is a lock attempt of any kind (plain, watching or queued).
+    /// Whether this is a lock attempt of any kind (plain, watching, queued, or a side of a
+    /// read-write lock).
     pub fn is_lock(&self) -> bool {
         matches!(
             self,
-            Op::Lock { .. } | Op::LockWatching { .. } | Op::LockQueued { .. }
+            Op::Lock { .. }
+                | Op::LockWatching { .. }
+                | Op::LockQueued { .. }
+                | Op::LockShared { .. }
+                | Op::LockExclusive { .. }
         )
     }
 }

@@ -135,12 +135,27 @@ where
     S: Strategy,
     S::Value: Debug,
 {
+    // The failure itself is what is searched for; a few hundred shrinking steps make its
+    // example readable, and each costs a whole run.
+    search_shrinking(cases, 300, strategy, property)
+}
+
+/// [`search`], shrinking a failing value at most `shrink_iters` times: for schedules too
+/// costly to shrink to the minimal one, where any failing one shows the checker can fail.
+pub fn search_shrinking<S>(
+    cases: u32,
+    shrink_iters: u32,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), String>,
+) -> Option<(String, S::Value)>
+where
+    S: Strategy,
+    S::Value: Debug,
+{
     let config = Config {
         cases,
         failure_persistence: None,
-        // The failure itself is what is searched for; a few hundred shrinking steps make
-        // its example readable, and each costs a whole run.
-        max_shrink_iters: 300,
+        max_shrink_iters: shrink_iters,
         ..Config::default()
     };
     let mut runner =

@@ -38,7 +38,7 @@ pub struct Trace {
 
 /// Numbers the returns of attempts in the order they happen (each simulation runs on one
 /// thread, so increments happen in real order; the numbers only need to be increasing).
-static RETURN_ORDER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub static RETURN_ORDER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// One call of `try_acquire` or `acquire`, and what the holder then did.
 #[derive(Debug)]
@@ -237,7 +237,7 @@ async fn simulate(schedule: &Schedule) -> Trace {
     trace
 }
 
-async fn apply_faults(cluster: SimCluster, timeline: Vec<(u64, usize, Step)>, origin: Instant) {
+pub async fn apply_faults(cluster: SimCluster, timeline: Vec<(u64, usize, Step)>, origin: Instant) {
     for (at, node, step) in timeline {
         tokio::time::sleep_until(origin + ms(at)).await;
         apply(cluster.node(node), &step);
@@ -365,7 +365,7 @@ async fn run_client(
     (attempts, kept)
 }
 
-async fn hold(guard: &mut LockGuard, session: &Session, events: &mut Vec<Event>) {
+pub async fn hold(guard: &mut LockGuard, session: &Session, events: &mut Vec<Event>) {
     for hold in &session.holds {
         tokio::time::sleep(ms(hold.ms)).await;
         if hold.check {

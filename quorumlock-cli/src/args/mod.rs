@@ -241,6 +241,11 @@ pub struct StatusArgs {
     /// The lock's name.
     #[arg(value_name = "NAME")]
     pub resource: String,
+
+    /// Also show who holds each of the K permits of the name (as taken by
+    /// `run --permits K`).
+    #[arg(long, value_name = "K", value_parser = crate::hold::parse_permits)]
+    pub permits: Option<u32>,
 }
 
 /// `quorumlock release`.

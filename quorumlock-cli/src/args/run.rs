@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 
 use crate::duration::{parse_duration, parse_wait};
 use crate::exit;
+use crate::hold::parse_permits;
 use crate::signal::{parse_on_lost, OnLost};
 
 /// Text shown at the end of `quorumlock run --help`.
@@ -74,6 +75,18 @@ pub struct RunArgs {
     /// instead of 75, so that it cannot be mistaken for a command's own status.
     #[arg(short = 'E', long, value_name = "CODE", default_value_t = exit::HELD)]
     pub conflict_exit_code: u8,
+
+    /// Take the lock shared, as flock -s: shared runs of one name run together, and
+    /// exclude the runs without it (which take the lock alone, and wait for the shared
+    /// runs to end; a waiting one keeps new shared runs out).
+    #[arg(long, conflicts_with = "permits")]
+    pub shared: bool,
+
+    /// Take one of K permits of the name, so that at most K runs of it run at once (a
+    /// semaphore: K slots, each a lock of its own, NAME:permit:0 to NAME:permit:K-1).
+    /// Every run of the name must give the same K.
+    #[arg(long, value_name = "K", value_parser = parse_permits)]
+    pub permits: Option<u32>,
 
     /// Mint a fencing token (a number larger than that of every earlier holder of this
     /// lock) and pass it to the command as QUORUMLOCK_FENCING_TOKEN.

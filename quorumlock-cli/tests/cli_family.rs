@@ -1,0 +1,117 @@
+//! `quorumlock run --shared` and `--permits K`, and what `quorumlock status` shows of them,
+//! against real redis-server nodes: shared runs run together and exclude the plain runs,
+//! at most K runs with permits run at once.
+
+mod cli_support;
+
+use quorumlock_testkit::RedisCluster;
+use tokio::process::Command;
+
+use cli_support::{bare, code, output, stderr, stdout, Background};
+
+async fn cluster(n: usize) -> RedisCluster {
+    RedisCluster::start(n).await.expect("redis-server nodes")
+}
+
+fn quorumlock(cluster: &RedisCluster) -> Command {
+    let mut command = bare();
+    command.env("QUORUMLOCK_NODES", cluster.urls().join(","));
+    command
+}
+
+/// A `run --json` of `sleep 30` holding `resource` with `extra`, once it has the lock.
+async fn holding(cluster: &RedisCluster, resource: &str, extra: &[&str]) -> Background {
+    let mut holder = Background::start(
+        quorumlock(cluster)
+            .args(["run", "--json", "-r", resource])
+            .args(extra)
+            .args(["--", "sleep", "30"]),
+    );
+    let acquired = holder.next_event().await;
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    holder
+}
+
+/// The exit code of a `run --no-wait` of `true` on `resource` with `extra`.
+async fn try_run(cluster: &RedisCluster, resource: &str, extra: &[&str]) -> i32 {
+    let out = output(
+        quorumlock(cluster)
+            .args(["run", "--no-wait", "-r", resource])
+            .args(extra)
+            .args(["--", "true"]),
+    )
+    .await;
+    code(&out)
+}
+
+#[tokio::test]
+async fn shared_runs_run_together_and_exclude_plain_runs() {
+    let cluster = cluster(3).await;
+    let mut reader = holding(&cluster, "catalog", &["--shared"]).await;
+    assert_eq!(
+        try_run(&cluster, "catalog", &["--shared"]).await,
+        0,
+        "shared with shared"
+    );
+    assert_eq!(
+        try_run(&cluster, "catalog", &[]).await,
+        75,
+        "a plain run waits for readers"
+    );
+
+    let status = output(quorumlock(&cluster).args(["status", "catalog"])).await;
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+    let text = stdout(&status);
+    assert!(text.contains("readers: 1 holding"), "{text}");
+    let json = output(quorumlock(&cluster).args(["status", "catalog", "--json"])).await;
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["readers"]["holding"], 1, "{report}");
+    assert_eq!(report["verdict"], "free", "no writer: {report}");
+    reader.child.kill().await.unwrap();
+
+    let mut writer = holding(&cluster, "report", &[]).await;
+    assert_eq!(
+        try_run(&cluster, "report", &["--shared"]).await,
+        75,
+        "no reader beside a writer"
+    );
+    writer.child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn at_most_k_runs_with_permits_and_status_shows_them() {
+    let cluster = cluster(3).await;
+    let mut first = holding(&cluster, "uploads", &["--permits", "2"]).await;
+    let mut second = holding(&cluster, "uploads", &["--permits", "2"]).await;
+    assert_eq!(try_run(&cluster, "uploads", &["--permits", "2"]).await, 75);
+
+    let status = output(quorumlock(&cluster).args(["status", "uploads", "--permits", "2"])).await;
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+    assert!(
+        stdout(&status).contains("permits: 2 of 2 in use"),
+        "{}",
+        stdout(&status)
+    );
+    let json =
+        output(quorumlock(&cluster).args(["status", "uploads", "--permits", "2", "--json"])).await;
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["permits"]["in_use"], 2, "{report}");
+
+    first.child.kill().await.unwrap();
+    second.child.kill().await.unwrap();
+    let bad =
+        output(quorumlock(&cluster).args(["run", "--permits", "0", "-r", "x", "--", "true"])).await;
+    assert_eq!(code(&bad), 64, "{}", stderr(&bad));
+    let both = output(quorumlock(&cluster).args([
+        "run",
+        "--shared",
+        "--permits",
+        "2",
+        "-r",
+        "x",
+        "--",
+        "true",
+    ]))
+    .await;
+    assert_eq!(code(&both), 64, "{}", stderr(&both));
+}
