@@ -251,7 +251,7 @@ impl<'n> dyn LockNode + 'n {
     }
 
     /// [`NodeRequest::LockExclusive`]: whether the write side was taken. Unsupported, an
-    /// error, as for [`try_lock_shared`](Self::try_lock_shared).
+    /// error, as for `try_lock_shared`.
     pub fn try_lock_exclusive<'a>(
         &'a self,
         keys: &'a [Arc<str>],

@@ -30,7 +30,7 @@ pub use self::permit::Permit;
 /// nodes: at most `K` [`Permit`]s are valid at any moment, under the same assumptions as
 /// the mutex's exclusion (see [`Redlock`](crate::Redlock), and docs/safety.md).
 ///
-/// Each permit is the lock of one of `K` slots, so it has everything a [`LockGuard`]
+/// Each permit is the lock of one of `K` slots, so it has everything a [`LockGuard`](crate::LockGuard)
 /// has: a token, a validity deadline, [`refresh`](Permit::refresh),
 /// [`auto_extend`](Permit::auto_extend), the [`lost`](Permit::lost) signal, and a release
 /// when dropped. Every client of one semaphore must use the same name and the same `K`:
