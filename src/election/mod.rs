@@ -88,6 +88,29 @@ impl Leader {
 /// # }
 /// # async fn lead(_token: u64) {}
 /// ```
+///
+/// Two terms on the simulated nodes (feature `test-util`), where it runs:
+///
+/// ```
+/// use quorumlock::sim::SimCluster;
+/// use quorumlock::{Election, LockConfig, LockError};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true)
+/// #     .build().unwrap().block_on(async {
+/// let cluster = SimCluster::new(3);
+/// let config = LockConfig::builder()
+///     .fencing(true)
+///     .fencing_on_volatile_nodes(true)
+///     .build()?;
+/// let election = Election::new(cluster.redlock(config)?, "billing")?;
+/// let first = election.campaign("10.0.0.7:8080").await?;
+/// let term = first.fencing_token();
+/// first.resign().await?;
+/// let second = election.campaign("10.0.0.8:8080").await?;
+/// assert!(second.fencing_token() > term, "terms strictly increase");
+/// # Ok::<(), LockError>(())
+/// # }).unwrap();
+/// ```
 #[derive(Clone)]
 pub struct Election<L> {
     lock: L,

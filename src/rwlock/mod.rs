@@ -61,6 +61,29 @@ use crate::token::LockToken;
 /// # }
 /// ```
 ///
+/// The same on the simulated nodes (feature `test-util`), where it runs:
+///
+/// ```
+/// use quorumlock::sim::SimCluster;
+/// use quorumlock::{LockConfig, LockError, RwLock};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true)
+/// #     .build().unwrap().block_on(async {
+/// let cluster = SimCluster::new(3);
+/// let catalog = RwLock::new(cluster.redlock(LockConfig::default())?, "catalog")?;
+/// let first = catalog.try_read().await?;
+/// let second = catalog.try_read().await?; // readers share
+/// assert!(matches!(catalog.try_write().await, Err(LockError::Held { .. })));
+/// first.release().await?;
+/// second.release().await?;
+///
+/// let writer = catalog.try_write().await?;
+/// assert!(matches!(catalog.try_read().await, Err(LockError::Held { .. })));
+/// writer.release().await?;
+/// # Ok::<(), LockError>(())
+/// # }).unwrap();
+/// ```
+///
 /// The write side's key is the mutex key of the same name: a plain mutex on that name
 /// excludes writers and later readers, but does not wait for the readers present. Do not
 /// lock the name of a read-write lock as a mutex.
