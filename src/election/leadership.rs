@@ -69,6 +69,11 @@ impl Leadership {
     /// Records a new value for this term (the fencing token stays): observers see it from
     /// their next poll. Fails as a refresh does when the lock is gone.
     ///
+    /// Values within one term carry no order of their own: until the new value is on
+    /// every node, observers whose quorums differ may see the old and the new one
+    /// alternate (the term itself never goes back). Proclaim seldom, or put a version in
+    /// the value when the order matters.
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future leaves the value unknown to this leadership: the record may
