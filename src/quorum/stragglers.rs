@@ -61,7 +61,8 @@ impl Coordinator {
     /// Lets the `SET`s still in flight when a quorum granted the lock finish, so the lock
     /// ends up on every node that answers, not on a bare quorum. A `SET` that lands after
     /// the lease was released (a node still connecting, its request queued behind the
-    /// release) is undone on that node.
+    /// release, or sent by this task after the release) is undone on that node, and so is
+    /// one whose reply never came, as it may have landed.
     ///
     /// It holds the lease itself, not a weak reference: a guard released with
     /// `release().await` is gone by the time such a late `SET` lands, and the `SET` must
@@ -92,13 +93,15 @@ impl Coordinator {
         while let Some((index, reply, _)) = in_flight.next().await {
             if !matches!(reply, Ok(true)) {
                 leave(index).await;
-                continue;
             }
-            if !lease.keys_given_up() {
+            // A node that said no took nothing. One that failed or timed out may have taken
+            // the keys all the same (its reply lost), so it is undone like a late grant.
+            if matches!(reply, Ok(false)) || !lease.keys_given_up() {
                 continue;
             }
             // The release's own unlock, sent after this SET on the same connection, deleted
-            // the keys in the usual case; undo the SET only where it did not.
+            // the keys in the usual case; undo the SET only where it did not (the release
+            // may have come before this SET was sent, as a straggler is sent by this task).
             if let Some(unlocks) = lease.unlocks() {
                 if unlocks.deleted_on(index, timeout).await {
                     continue;

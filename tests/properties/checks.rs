@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use quorumlock::sim::{Op, OpRecord, Outcome, Reply, Stored};
-use quorumlock::{LockError, LockToken};
+use quorumlock::{LockError, LockToken, NodeError};
 use tokio::time::Instant;
 
 use super::runner::{Attempt, AttemptResult, Event, Trace};
@@ -59,7 +59,18 @@ fn reply_time(record: &OpRecord) -> Option<Instant> {
 /// When the client stopped waiting for `record`: its reply, or its timeout.
 fn completion(record: &OpRecord, timeout: Duration) -> Instant {
     let limit = record.sent_at + timeout;
+    if reloads_after(record) {
+        return limit;
+    }
     reply_time(record).map_or(limit, |at| at.min(limit))
+}
+
+/// Whether the last outcome logged for `record` is a `NOSCRIPT` the client answers with a
+/// reload and a resend: its wait goes on, and the reload's fate is not always logged (a
+/// load still connecting, or failing before it is sent), so only its timeout bounds it.
+fn reloads_after(record: &OpRecord) -> bool {
+    matches!(&record.outcome, Outcome::Failed { error: NodeError::Redis(message), .. }
+        if message.starts_with("NOSCRIPT"))
 }
 
 /// Whether `record` is a granted command whose `true` reached the client in time and by
