@@ -75,6 +75,9 @@ struct Custody {
 /// our keys (an unlock that deleted them ran after the `SET` landed).
 pub(crate) struct Unlocks {
     outcomes: Box<[AtomicU8]>,
+    /// Set once the acquisition's late `SET`s were all answered and undone where needed.
+    settled: AtomicBool,
+    /// Wakes the waiters of an outcome, and of the settling.
     recorded: Notify,
 }
 
@@ -87,6 +90,7 @@ impl Unlocks {
     fn new(nodes: usize) -> Self {
         Unlocks {
             outcomes: (0..nodes).map(|_| AtomicU8::new(UNLOCK_PENDING)).collect(),
+            settled: AtomicBool::new(false),
             recorded: Notify::new(),
         }
     }
@@ -120,6 +124,28 @@ impl Unlocks {
         tokio::time::timeout(patience, answered)
             .await
             .unwrap_or(false)
+    }
+
+    /// Notes that every late `SET` of the acquisition was answered (or timed out) and, if
+    /// the keys were given up, undone.
+    pub(crate) fn settle(&self) {
+        self.settled.store(true, Ordering::Release);
+        self.recorded.notify_waiters();
+    }
+
+    /// Waits up to `patience` for [`settle`](Self::settle): a release on nodes that may
+    /// apply requests out of order returns only once no `SET` of its lease can still land.
+    pub(crate) async fn settled(&self, patience: Duration) {
+        let settled = async {
+            loop {
+                let notified = self.recorded.notified();
+                if self.settled.load(Ordering::Acquire) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(patience, settled).await;
     }
 }
 

@@ -298,6 +298,11 @@ impl<'n> dyn LockNode + 'n {
         self.hints().sends_when_polled
     }
 
+    /// Whether the node applies requests in the order sent ([`NodeHints`]).
+    pub(crate) fn applies_in_order(&self) -> bool {
+        self.hints().applies_in_order
+    }
+
     /// Sends `request` and reads its reply with `read`.
     ///
     /// The reading is mapped onto the node's own future rather than boxed again, so that a
@@ -358,6 +363,14 @@ pub struct NodeHints {
     /// last nodes of a decided lock or unlock round) unawaited, instead of driving them to
     /// the end in a background task.
     pub sends_when_polled: bool,
+    /// Whether the node applies this client's requests in the order they were sent: true
+    /// for a Redis server over one connection; false for a Redis Cluster, whose client
+    /// routes each request on its own.
+    ///
+    /// Where it is false, a release hears every node out, and waits until the late lock
+    /// requests of its acquisition were undone, before it returns: else an unlock still in
+    /// flight could land after the holder's next lock request, and refuse it.
+    pub applies_in_order: bool,
 }
 
 impl NodeHints {
@@ -365,7 +378,14 @@ impl NodeHints {
     pub const fn new() -> Self {
         NodeHints {
             sends_when_polled: false,
+            applies_in_order: false,
         }
+    }
+
+    /// These hints, with [`applies_in_order`](Self::applies_in_order) set to `in_order`.
+    pub const fn applies_in_order(mut self, in_order: bool) -> Self {
+        self.applies_in_order = in_order;
+        self
     }
 
     /// These hints, with [`sends_when_polled`](Self::sends_when_polled) set to `sends`.

@@ -55,6 +55,14 @@ impl Transport {
         }
     }
 
+    /// Whether requests take effect in the order they were sent (see
+    /// [`NodeHints::applies_in_order`](super::NodeHints::applies_in_order)): over one
+    /// connection to a server, yes; the cluster client routes each on its own, and follows
+    /// redirects for some.
+    pub(crate) fn applies_in_order(&self) -> bool {
+        matches!(self, Transport::Server(_))
+    }
+
     /// Connects now and checks who answers.
     pub(crate) async fn connect(&self) -> Result<(), Rejection> {
         match self {

@@ -44,10 +44,22 @@ impl Coordinator {
     /// [`release`](Self::release), within its span.
     async fn release_in(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
         let resource = lease.resource.as_str();
+        // On nodes that may apply our requests out of order (a cluster client routes each
+        // one on its own), an unlock left in flight can land after this holder's next SET
+        // of the same keys, and a SET of the acquisition after this unlock: either leaves
+        // the keys on the node for a moment after the release returned, enough to refuse
+        // the next acquisition. There the release hears every node out, and waits until
+        // the acquisition's late SETs were undone.
+        let in_order = self.nodes.iter().all(|node| node.applies_in_order());
+        let wait = if in_order {
+            Wait::UntilDecided
+        } else {
+            Wait::ForEveryNode
+        };
         let mut in_flight = self.send(Command::Unlock, &lease.keys, &lease.token);
         let mut tally = self.empty_tally();
         let mut answers = vec![None; self.nodes.len()];
-        self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut answers)
+        self.collect(&mut tally, &mut in_flight, wait, &mut answers)
             .await;
         if let Some(unlocks) = lease.unlocks() {
             for (index, answer) in answers.into_iter().enumerate() {
@@ -57,6 +69,11 @@ impl Coordinator {
             }
             if !in_flight.is_empty() {
                 spawn_detached(record_unlocks(in_flight, Arc::clone(lease)));
+            }
+            if !in_order {
+                // The late SETs' round ends within a node timeout of the acquisition,
+                // and each undo takes at most one more.
+                unlocks.settled(self.config.node_timeout() * 2).await;
             }
         } else {
             self.let_finish(in_flight);

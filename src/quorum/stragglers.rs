@@ -110,6 +110,9 @@ impl Coordinator {
             let node = Arc::clone(&self.nodes[index]);
             let _ = tokio::time::timeout(timeout, node.unlock(&lease.keys, &lease.token)).await;
         }
+        if let Some(unlocks) = lease.unlocks() {
+            unlocks.settle();
+        }
     }
 
     /// Lets the requests of a decided round still in flight reach their nodes. Each is

@@ -13,7 +13,7 @@ use super::log::{OpRecord, Stored};
 use super::server::{Data, NodeScript, ScriptHost};
 use crate::error::NodeError;
 use crate::node::scripts::NodeScripts;
-use crate::node::{LockNode, NodeReply, NodeRequest};
+use crate::node::{LockNode, NodeHints, NodeReply, NodeRequest};
 use crate::token::LockToken;
 
 /// An in-memory lock node for tests: a key store whose TTLs run on the node's own clock,
@@ -419,6 +419,11 @@ impl SimNode {
 impl LockNode for SimNode {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A handle's requests travel in order over its one connection, as to a Redis server.
+    fn hints(&self) -> NodeHints {
+        NodeHints::new().applies_in_order(true)
     }
 
     /// What a Redis node sends for `request`, run on the simulated server.

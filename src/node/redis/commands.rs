@@ -19,10 +19,13 @@ impl LockNode for RedisNode {
     }
 
     /// While the node answers, its requests go out when first polled: each is one command
-    /// (a script goes whole until the node has it), queued on the open connection.
+    /// (a script goes whole until the node has it), queued on the open connection. A
+    /// server's requests take effect in order; a cluster's may not.
     fn hints(&self) -> NodeHints {
         let open = self.answering.load(Ordering::Relaxed) && self.link.is_open();
-        NodeHints::new().sends_when_polled(open)
+        NodeHints::new()
+            .sends_when_polled(open)
+            .applies_in_order(self.link.applies_in_order())
     }
 
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
