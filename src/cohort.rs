@@ -201,7 +201,7 @@ impl Baton {
         let lease = Arc::new(passed.successor());
         Counters::bump(&self.coordinator.counters().passed);
         tracing::debug!(
-            resource = %lease.resource,
+            resource = lease.resource(),
             passes = lease.run.passes,
             "lock passed within the process"
         );

@@ -69,7 +69,7 @@ impl LockGuard {
     /// The name of the locked resource; for a lock over several resources, their sorted
     /// names joined by `" + "`.
     pub fn resource(&self) -> &str {
-        &self.lease.resource
+        self.lease.resource()
     }
 
     /// The Redis key the lock lives under (the resource name, after any key prefix); for a

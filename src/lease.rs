@@ -5,15 +5,15 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{LeaseEnd, Tally};
 use crate::metrics::Counters;
-use crate::resource::Keys;
+use crate::resource::{Keys, Name, Resources};
 use crate::token::LockToken;
 
 /// Where a lease stands: its current deadline, and how it ended once it has.
@@ -26,16 +26,25 @@ pub(crate) struct LeaseState {
 
 /// One held lock, shared by its guard, its watchdog and its signals. The coordinator that
 /// granted it acts on it (release, refresh, holds) and records the outcome here.
+///
+/// It is what a held lock costs the process, so it is kept to one allocation: the name is a
+/// part of the key, the token is inline, the tally of a round that met no refusal or failure
+/// is shared (see `Coordinator::won_tally`), and what only some leases need is boxed.
 pub(crate) struct Lease {
     /// Where a lease that ends otherwise than released is counted as lost.
     counters: Arc<Counters>,
-    pub(crate) resource: String,
+    name: Name,
     pub(crate) keys: Keys,
     pub(crate) token: LockToken,
     pub(crate) fencing_token: Option<u64>,
     /// The winning round's tally, as counted when its quorum was decided.
-    pub(crate) tally: Tally,
-    state: watch::Sender<LeaseState>,
+    pub(crate) tally: Arc<Tally>,
+    /// A mutex and a notification rather than a `watch` channel: the channel's shared
+    /// state is a separate allocation of some 380 bytes (nine wait lists), more than the
+    /// rest of the lease, for a value that changes a few times in the lease's life.
+    state: Mutex<LeaseState>,
+    /// Woken on every change of `state`; see [`LostSignal::wait`].
+    changed: Notify,
     /// The keys on the nodes, which outlive this lease when it is passed to another task
     /// of the process (see `cohort`): kept in the lease that won them on the nodes (no
     /// allocation of its own per lock), which the leases it is passed to point at.
@@ -65,9 +74,9 @@ pub(crate) struct CohortRun {
 /// found on each node.
 struct Custody {
     ended: AtomicBool,
-    /// Kept only while the acquisition's late `SET`s are settled in the background; see
-    /// [`Unlocks`].
-    unlocks: Option<Unlocks>,
+    /// Kept only while the acquisition's late `SET`s are settled in the background (see
+    /// [`Unlocks`]), which few leases need: boxed, so that the others do not carry it.
+    unlocks: Option<Box<Unlocks>>,
 }
 
 /// What the release's unlock found on each node, so that a `SET` of the acquisition that
@@ -150,11 +159,13 @@ impl Unlocks {
 }
 
 impl Lease {
+    /// The lease of `resources` under `token`, won by a round that began at `acquired_at`
+    /// and counted `tally`, valid until `deadline`.
     pub(crate) fn new(
         counters: Arc<Counters>,
-        resource: &str,
-        keys: Keys,
+        resources: &Resources,
         token: LockToken,
+        tally: Arc<Tally>,
         acquired_at: Instant,
         deadline: Instant,
     ) -> Self {
@@ -165,12 +176,13 @@ impl Lease {
         };
         Lease {
             counters,
-            resource: resource.to_owned(),
-            keys,
+            name: resources.name.clone(),
+            keys: Arc::clone(&resources.keys),
             token,
             fencing_token: None,
-            tally: Tally::default(),
-            state: watch::Sender::new(state),
+            tally,
+            state: Mutex::new(state),
+            changed: Notify::new(),
             custody: Custody {
                 ended: AtomicBool::new(false),
                 unlocks: None,
@@ -187,13 +199,18 @@ impl Lease {
     /// Keeps a record of what the release's unlocks find on each of `nodes` nodes, for a
     /// background task that settles the acquisition's late `SET`s.
     pub(crate) fn tracking_unlocks(mut self, nodes: usize) -> Self {
-        self.custody.unlocks = Some(Unlocks::new(nodes));
+        self.custody.unlocks = Some(Box::new(Unlocks::new(nodes)));
         self
     }
 
     /// What the release's unlocks found on each node, when they are tracked.
     pub(crate) fn unlocks(&self) -> Option<&Unlocks> {
-        self.custody().unlocks.as_ref()
+        self.custody().unlocks.as_deref()
+    }
+
+    /// The name of the locked resource (the sorted names joined by `" + "` for several).
+    pub(crate) fn resource(&self) -> &str {
+        self.name.of(&self.keys)
     }
 
     /// Whether the keys on the nodes were given up: released, or lost, by this lease or
@@ -230,16 +247,17 @@ impl Lease {
         let state = self.state();
         Lease {
             counters: Arc::clone(&self.counters),
-            resource: self.resource.clone(),
+            name: self.name.clone(),
             keys: Arc::clone(&self.keys),
             token: self.token.clone(),
             fencing_token: self.fencing_token,
-            tally: self.tally.clone(),
-            state: watch::Sender::new(LeaseState {
+            tally: Arc::clone(&self.tally),
+            state: Mutex::new(LeaseState {
                 acquired_at: state.acquired_at,
                 deadline: state.deadline,
                 end: None,
             }),
+            changed: Notify::new(),
             custody: Custody {
                 ended: AtomicBool::new(false),
                 unlocks: None,
@@ -253,12 +271,6 @@ impl Lease {
         }
     }
 
-    /// Attaches the tally of the round that won this lease.
-    pub(crate) fn with_tally(mut self, tally: Tally) -> Self {
-        self.tally = tally;
-        self
-    }
-
     /// Attaches the fencing token minted for this lease.
     pub(crate) fn with_fencing_token(mut self, fencing_token: Option<u64>) -> Self {
         self.fencing_token = fencing_token;
@@ -266,22 +278,37 @@ impl Lease {
     }
 
     pub(crate) fn state(&self) -> LeaseState {
-        self.state.borrow().clone()
+        self.lock_state().clone()
     }
 
     /// When the acquisition round that took the lease began.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) fn acquired_at(&self) -> Instant {
-        self.state.borrow().acquired_at
+        self.lock_state().acquired_at
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        self.state.borrow().deadline
+        self.lock_state().deadline
+    }
+
+    /// The state, recovered from a poisoned mutex: every change is one assignment, so a
+    /// panic elsewhere cannot leave it half written.
+    fn lock_state(&self) -> MutexGuard<'_, LeaseState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies `change` to the state, and wakes the lost signals' waits when it changed
+    /// something (after the lock is released, so that they find it free).
+    fn update(&self, change: impl FnOnce(&mut LeaseState) -> bool) {
+        let changed = change(&mut self.lock_state());
+        if changed {
+            self.changed.notify_waiters();
+        }
     }
 
     /// Records a successful refresh, unless the lease already ended.
     pub(crate) fn extended(&self, acquired_at: Instant, deadline: Instant) {
-        self.state.send_if_modified(|state| {
+        self.update(|state| {
             if state.end.is_some() {
                 return false;
             }
@@ -296,24 +323,20 @@ impl Lease {
     pub(crate) fn end(&self, end: LeaseEnd) {
         if !matches!(end, LeaseEnd::Released) {
             Counters::bump(&self.counters.lost);
-            tracing::warn!(resource = %self.resource, %end, "lock lost");
+            tracing::warn!(resource = self.resource(), %end, "lock lost");
         }
         self.custody().ended.store(true, Ordering::Release);
         self.record_end(end);
     }
 
     fn record_end(&self, end: LeaseEnd) {
-        self.state.send_if_modified(|state| {
+        self.update(|state| {
             if state.end.is_some() {
                 return false;
             }
             state.end = Some(end);
             true
         });
-    }
-
-    pub(crate) fn subscribe(&self) -> watch::Receiver<LeaseState> {
-        self.state.subscribe()
     }
 }
 
@@ -345,20 +368,20 @@ impl Lease {
 /// is too short for another attempt, which is before the deadline.
 #[derive(Clone)]
 pub struct LostSignal {
-    state: watch::Receiver<LeaseState>,
+    lease: Arc<Lease>,
 }
 
 impl LostSignal {
-    pub(crate) fn new(lease: &Lease) -> Self {
+    pub(crate) fn new(lease: &Arc<Lease>) -> Self {
         LostSignal {
-            state: lease.subscribe(),
+            lease: Arc::clone(lease),
         }
     }
 
     /// How the lease ended, if it has: recorded by the guard or watchdog, or the deadline
     /// passed.
     pub fn ended(&self) -> Option<LeaseEnd> {
-        let state = self.state.borrow();
+        let state = self.lease.lock_state();
         match &state.end {
             Some(end) => Some(end.clone()),
             None if Instant::now() >= state.deadline => Some(LeaseEnd::Expired),
@@ -369,9 +392,8 @@ impl LostSignal {
     /// The time left before the lease's current deadline (it moves with each extension);
     /// zero once it passed. Check it before a write that must happen under the lock.
     pub fn validity(&self) -> std::time::Duration {
-        self.state
-            .borrow()
-            .deadline
+        self.lease
+            .deadline()
             .saturating_duration_since(Instant::now())
     }
 
@@ -387,23 +409,21 @@ impl LostSignal {
     /// Dropping the future changes nothing: a later wait (or [`ended`](Self::ended)) says
     /// the same.
     pub async fn wait(&self) -> LeaseEnd {
-        let mut state = self.state.clone();
         loop {
+            // Registered before the state is read: `notify_waiters` wakes only the waits
+            // registered when it runs, so a change recorded after the read still wakes
+            // this one. (A lease nobody extends any more simply keeps its deadline.)
+            let mut changed = std::pin::pin!(self.lease.changed.notified());
+            changed.as_mut().enable();
             let deadline = {
-                let current = state.borrow_and_update();
-                if let Some(end) = &current.end {
+                let state = self.lease.lock_state();
+                if let Some(end) = &state.end {
                     return end.clone();
                 }
-                current.deadline
+                state.deadline
             };
             tokio::select! {
-                changed = state.changed() => {
-                    if changed.is_err() {
-                        // Every guard and watchdog is gone: nobody extends it any more.
-                        tokio::time::sleep_until(deadline).await;
-                        return LeaseEnd::Expired;
-                    }
-                }
+                () = changed => {}
                 () = tokio::time::sleep_until(deadline) => return LeaseEnd::Expired,
             }
         }
@@ -424,5 +444,74 @@ impl std::fmt::Debug for LostSignal {
         f.debug_struct("LostSignal")
             .field("ended", &self.ended())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allocations::counted;
+    use crate::config::LockConfig;
+
+    /// A held lock's state is one allocation, the lease itself: its name is a part of its
+    /// key, its token inline, its tally shared, and its lost signals and their waits add
+    /// nothing. (A `watch` channel for the state was a second allocation of some 380 bytes,
+    /// and a copied name a third.)
+    #[test]
+    fn a_lease_is_one_allocation_and_its_signals_none() {
+        let resources = Resources::new(&LockConfig::default(), &["order:1"]).unwrap();
+        let (token, tally, counters) = (
+            LockToken::generate(),
+            Arc::new(Tally::default()),
+            Arc::default(),
+        );
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(10);
+        let (lease, allocations, bytes) = counted(|| {
+            Arc::new(Lease::new(
+                counters, &resources, token, tally, now, deadline,
+            ))
+        });
+        assert_eq!(allocations, 1);
+        assert_eq!(
+            bytes,
+            std::mem::size_of::<Lease>() + 2 * std::mem::size_of::<usize>()
+        );
+        assert_eq!(lease.resource(), "order:1");
+
+        let ((), allocations, _) = counted(|| {
+            let signal = LostSignal::new(&lease);
+            let other = signal.clone();
+            drop(signal.wait());
+            assert!(!other.is_lost());
+            lease.extended(now, deadline + Duration::from_secs(1));
+            lease.end(LeaseEnd::Released);
+            assert_eq!(other.ended(), Some(LeaseEnd::Released));
+        });
+        assert_eq!(allocations, 0);
+    }
+
+    /// A wait registered before a change is woken by it, whichever comes first: the state
+    /// read or the change.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_wakes_on_an_end_recorded_while_it_sleeps() {
+        let resources = Resources::new(&LockConfig::default(), &["order:1"]).unwrap();
+        let now = Instant::now();
+        let lease = Arc::new(Lease::new(
+            Arc::default(),
+            &resources,
+            LockToken::generate(),
+            Arc::new(Tally::default()),
+            now,
+            now + Duration::from_secs(10),
+        ));
+        let signal = LostSignal::new(&lease);
+        let waiting = tokio::spawn(async move { signal.wait().await });
+        tokio::task::yield_now().await;
+        lease.extended(now, now + Duration::from_secs(20));
+        tokio::task::yield_now().await;
+        lease.end(LeaseEnd::Released);
+        let end = tokio::time::timeout(Duration::from_secs(1), waiting).await;
+        assert_eq!(end.expect("woken at once").unwrap(), LeaseEnd::Released);
     }
 }

@@ -191,6 +191,8 @@
 /// [`RedisLock::from_client`] take: use this re-export to build them with the same version.
 pub use redis;
 
+#[cfg(test)]
+mod allocations;
 mod bounds;
 mod cohort;
 mod config;

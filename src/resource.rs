@@ -32,8 +32,45 @@ pub(crate) type Keys = Arc<[Arc<str>]>;
 /// The resources of one lock: a name for errors and logs, and their Redis keys.
 pub(crate) struct Resources {
     /// The resource name, or the sorted names joined by `" + "` for several.
-    pub(crate) name: String,
+    pub(crate) name: Name,
     pub(crate) keys: Keys,
+}
+
+/// A lock's name, for errors and logs, read beside its keys (see [`of`](Self::of)).
+///
+/// A single resource's name is a part of its key (after the key prefix, inside the braces
+/// of the hash-tagged layout), and a held lock keeps its keys anyway: it keeps where the
+/// name lies in the first key rather than a second copy of it per held lock.
+#[derive(Debug, Clone)]
+pub(crate) enum Name {
+    /// The bytes `start..end` of the first key.
+    InKey { start: u32, end: u32 },
+    /// A name of its own: several resources' joined names, or one shared with the object
+    /// that makes the lock.
+    Own(Arc<str>),
+}
+
+// A key (braces, prefix and name) is far shorter than `u32::MAX` bytes, so a place in it
+// fits a `u32`: half the size of a `usize` range, in every held lock.
+const _: () = assert!(2 + LockConfig::MAX_KEY_PREFIX_LEN + MAX_RESOURCE_LEN <= u32::MAX as usize);
+
+impl Name {
+    /// The name, for a lock whose keys are `keys`.
+    pub(crate) fn of<'a>(&'a self, keys: &'a Keys) -> &'a str {
+        match self {
+            // `Resources::new` made the range from this very key, whose length fits
+            // `MAX_RESOURCE_LEN` and the key prefix's; it never changes.
+            Name::InKey { start, end } => &keys[0][*start as usize..*end as usize],
+            Name::Own(name) => name,
+        }
+    }
+}
+
+impl Resources {
+    /// The resource name, or the sorted names joined by `" + "` for several.
+    pub(crate) fn name(&self) -> &str {
+        self.name.of(&self.keys)
+    }
 }
 
 impl Resources {
@@ -50,9 +87,14 @@ impl Resources {
         if let [name] = resources {
             // The usual lock, on one resource: no sorting, no joined name.
             validate(name)?;
+            let (key, start) = lock_key(config, name)?;
             return Ok(Resources {
-                name: (*name).to_owned(),
-                keys: Arc::new([lock_key(config, name)?]),
+                // Lossless: a key's length fits a `u32` (asserted above `impl Name`).
+                name: Name::InKey {
+                    start: start as u32,
+                    end: (start + name.len()) as u32,
+                },
+                keys: Arc::new([key]),
             });
         }
         let mut names: Vec<&str> = resources.to_vec();
@@ -65,13 +107,13 @@ impl Resources {
         }
         let keys: Keys = names
             .iter()
-            .map(|name| lock_key(config, name))
+            .map(|name| lock_key(config, name).map(|(key, _)| key))
             .collect::<Result<_, _>>()?;
         if config.one_slot() {
             one_slot(&names, &keys)?;
         }
         Ok(Resources {
-            name: names.join(" + "),
+            name: Name::Own(names.join(" + ").into()),
             keys,
         })
     }
@@ -91,18 +133,18 @@ impl LockConfig {
     /// ```
     pub fn key_for(&self, resource: &str) -> Result<String, LockError> {
         validate(resource)?;
-        Ok(lock_key(self, resource)?.to_string())
+        Ok(lock_key(self, resource)?.0.to_string())
     }
 }
 
 /// The Redis key of resource `name`: the name itself, or the configured prefix and the
-/// name; in the hash-tagged layout, that in braces.
-fn lock_key(config: &LockConfig, name: &str) -> Result<Arc<str>, LockError> {
+/// name; in the hash-tagged layout, that in braces. With where the name starts in it.
+fn lock_key(config: &LockConfig, name: &str) -> Result<(Arc<str>, usize), LockError> {
     let prefix = config.key_prefix().unwrap_or_default();
     if !config.hash_tags() {
         return Ok(match config.key_prefix() {
-            Some(prefix) => format!("{prefix}{name}").into(),
-            None => Arc::from(name),
+            Some(prefix) => (format!("{prefix}{name}").into(), prefix.len()),
+            None => (Arc::from(name), 0),
         });
     }
     // `{}...` is an empty tag, which Redis ignores: the key would hash whole, and its queue
@@ -114,7 +156,7 @@ fn lock_key(config: &LockConfig, name: &str) -> Result<Arc<str>, LockError> {
              with '}': its hash tag would be empty",
         ));
     }
-    Ok(format!("{{{prefix}{name}}}").into())
+    Ok((format!("{{{prefix}{name}}}").into(), 1 + prefix.len()))
 }
 
 /// Refuses a lock whose keys are in different Redis Cluster slots: one script can only
@@ -163,19 +205,23 @@ mod tests {
     fn key_is_the_name_unless_a_prefix_is_configured() {
         let plain = LockConfig::default();
         let one = Resources::new(&plain, &["order:1"]).unwrap();
-        assert_eq!(one.name, "order:1");
+        assert_eq!(one.name(), "order:1");
         assert_eq!(&*one.keys[0], "order:1");
         let prefixed = LockConfig::builder().key_prefix("lock:").build().unwrap();
         let one = Resources::new(&prefixed, &["order:1"]).unwrap();
         assert_eq!(&*one.keys[0], "lock:order:1");
-        assert_eq!(one.name, "order:1");
+        assert_eq!(one.name(), "order:1");
+        let tagged = prefixed.to_builder().hash_tags(true).build().unwrap();
+        let one = Resources::new(&tagged, &["order:1"]).unwrap();
+        assert_eq!(&*one.keys[0], "{lock:order:1}");
+        assert_eq!(one.name(), "order:1");
     }
 
     #[test]
     fn several_resources_are_sorted_and_named_together() {
         let config = LockConfig::default();
         let both = Resources::new(&config, &["b", "a"]).unwrap();
-        assert_eq!(both.name, "a + b");
+        assert_eq!(both.name(), "a + b");
         let keys: Vec<&str> = both.keys.iter().map(|key| &**key).collect();
         assert_eq!(keys, ["a", "b"]);
     }

@@ -12,7 +12,8 @@ use rand::RngCore;
 /// 32 lowercase hex digits. 128 bits is what the Redlock safety analysis asks for; a v4
 /// UUID carries only 122 random bits, so it is not used here.
 ///
-/// Cloning is cheap (a reference count).
+/// Cloning is cheap: a generated token is 32 bytes kept inline, one read elsewhere a
+/// reference-counted string.
 ///
 /// ```
 /// use quorumlock::LockToken;
@@ -22,8 +23,18 @@ use rand::RngCore;
 /// assert_ne!(a, b);
 /// assert_eq!(a.as_str().len(), 32);
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct LockToken(Arc<str>);
+#[derive(Clone)]
+pub struct LockToken(Repr);
+
+/// A generated token is kept inline: every held lock and every request carries one, and
+/// its 32 digits cost no more inline than a reference-counted string's allocation would.
+#[derive(Clone)]
+enum Repr {
+    /// [`LockToken::generate`]'s hex digits (ASCII).
+    Generated([u8; LockToken::RANDOM_BYTES * 2]),
+    /// A token read elsewhere, of any length.
+    Given(Arc<str>),
+}
 
 impl LockToken {
     /// The number of random bytes in a generated token.
@@ -33,23 +44,41 @@ impl LockToken {
     pub fn generate() -> Self {
         let mut bytes = [0u8; Self::RANDOM_BYTES];
         rand::rng().fill_bytes(&mut bytes);
-        let mut hex = String::with_capacity(Self::RANDOM_BYTES * 2);
-        for byte in bytes {
-            hex.push(char::from(HEX_DIGITS[usize::from(byte >> 4)]));
-            hex.push(char::from(HEX_DIGITS[usize::from(byte & 0x0f)]));
+        let mut hex = [0u8; Self::RANDOM_BYTES * 2];
+        for (digits, byte) in hex.chunks_exact_mut(2).zip(bytes) {
+            digits[0] = HEX_DIGITS[usize::from(byte >> 4)];
+            digits[1] = HEX_DIGITS[usize::from(byte & 0x0f)];
         }
-        LockToken(hex.into())
+        LockToken(Repr::Generated(hex))
     }
 
     /// Wraps a token read elsewhere (from a log, or another client), for example so that an
     /// operator can release a lock whose holder died.
     pub fn from_string(token: impl Into<String>) -> Self {
-        LockToken(token.into().into())
+        LockToken(Repr::Given(token.into().into()))
     }
 
     /// The token as stored in Redis.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Repr::Generated(hex) => std::str::from_utf8(hex).expect("hex digits are ASCII"),
+            Repr::Given(token) => token,
+        }
+    }
+}
+
+// By the text alone: a generated token equals the same digits read back with `from_string`.
+impl PartialEq for LockToken {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for LockToken {}
+
+impl std::hash::Hash for LockToken {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
     }
 }
 
@@ -57,13 +86,13 @@ const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 impl fmt::Display for LockToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for LockToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LockToken({})", self.0)
+        write!(f, "LockToken({})", self.as_str())
     }
 }
 
@@ -71,6 +100,7 @@ impl fmt::Debug for LockToken {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+    use std::hash::BuildHasher;
 
     #[test]
     fn tokens_are_32_hex_digits() {
@@ -80,6 +110,16 @@ mod tests {
             .as_str()
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+    }
+
+    #[test]
+    fn a_token_read_back_equals_the_generated_one() {
+        let token = LockToken::generate();
+        let read = LockToken::from_string(token.to_string());
+        assert_eq!(token, read);
+        let state = std::hash::RandomState::new();
+        assert_eq!(state.hash_one(&token), state.hash_one(&read));
+        assert_ne!(token, LockToken::generate());
     }
 
     #[test]

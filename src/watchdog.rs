@@ -171,7 +171,10 @@ async fn keep_alive(coordinator: Arc<Coordinator>, lease: Arc<Lease>, options: A
         if cap.is_some_and(|cap| Instant::now() >= cap) {
             return; // held long enough: let it expire at its deadline
         }
-        match coordinator.refresh(&lease).await {
+        // Boxed for the round only: a watchdog spends nearly all its life asleep, and its
+        // task, which lives as long as the guard, would otherwise keep room for the whole
+        // refresh round (its span, requests and tally) the while.
+        match Box::pin(coordinator.refresh(&lease)).await {
             Ok(_) => next = lease.state().acquired_at.checked_add(interval),
             Err(LockError::NotHeld { .. } | LockError::Expired { .. }) => return,
             Err(error) => {

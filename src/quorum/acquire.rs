@@ -42,7 +42,7 @@ impl Coordinator {
         let started = Instant::now();
         let result = async {
             let resources = Resources::new(&self.config, resources)?;
-            span.record("resource", resources.name.as_str());
+            span.record("resource", resources.name());
             self.attempt(&resources, &Asking::Plain, None).await
         }
         .instrument(span.clone())
@@ -82,7 +82,7 @@ impl Coordinator {
         asking: &Asking,
         claim: Option<&Claim>,
     ) -> Result<Arc<Lease>, LockError> {
-        let resource = resources.name.as_str();
+        let resource = resources.name();
         let keys = Arc::clone(&resources.keys);
         let token = LockToken::generate();
         let waiter = asking.waiter();
@@ -121,7 +121,7 @@ impl Coordinator {
         }
         let (granted, refused, failed) = (tally.granted, tally.refused.len(), tally.failures.len());
         // Kept for the guard, so that a holder can tell a quorum reached with nodes failing.
-        let won = tally.has_quorum().then(|| tally.clone());
+        let won = tally.has_quorum().then(|| self.won_tally(&tally));
         // A reader's keys are its own entry, new on every read: its token is minted on the
         // lock's counter, so that the read side's fencing leaves no key per read behind and
         // orders readers after every earlier writer.
@@ -148,9 +148,9 @@ impl Coordinator {
                     "lock acquired"
                 );
                 let counters = Arc::clone(&self.counters);
-                let lease = Lease::new(counters, resource, keys, token, started, deadline)
-                    .with_fencing_token(fencing_token)
-                    .with_tally(won.unwrap_or_default());
+                let tally = won.unwrap_or_else(|| self.won_tally(&self.empty_tally()));
+                let lease = Lease::new(counters, resources, token, tally, started, deadline)
+                    .with_fencing_token(fencing_token);
                 Ok(self.lease_won(lease, in_flight, waiter, &answers))
             }
             Err(error) => {
@@ -264,7 +264,7 @@ impl Coordinator {
         span: &tracing::Span,
     ) -> Result<Arc<Lease>, LockError> {
         let resources = Resources::new(&self.config, resources)?;
-        span.record("resource", resources.name.as_str());
+        span.record("resource", resources.name());
         if !self.config.cohorts() {
             return self
                 .acquire_on_nodes(&resources, deadline, span, None)
@@ -290,7 +290,7 @@ impl Coordinator {
     ) -> Result<Arc<Lease>, LockError> {
         let started = Instant::now();
         let timed_out = |last: Option<LockError>| LockError::TimedOut {
-            resource: resources.name.clone(),
+            resource: resources.name().to_owned(),
             waited: started.elapsed(),
             last: last.map(Box::new),
         };

@@ -54,7 +54,7 @@ impl Coordinator {
     ) -> Result<Arc<Lease>, LockError> {
         let span = tracing::debug_span!(
             "quorumlock.acquire",
-            resource = resources.name.as_str(),
+            resource = resources.name(),
             attempts = 1,
             outcome = tracing::field::Empty,
         );
@@ -70,7 +70,7 @@ impl Coordinator {
     /// Records `record` beside the lease's key on every node that still holds its token;
     /// `Ok` once a quorum did, before the lease's deadline.
     pub(crate) async fn proclaim(&self, lease: &Lease, record: &str) -> Result<(), LockError> {
-        let resource = lease.resource.as_str();
+        let resource = lease.resource();
         let deadline = lease.deadline();
         let command = Command::Proclaim(record.into());
         let mut in_flight = self.send(command, &lease.keys, &lease.token);

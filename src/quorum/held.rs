@@ -25,7 +25,7 @@ impl Coordinator {
     pub(crate) async fn release(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
         let span = tracing::debug_span!(
             "quorumlock.release",
-            resource = lease.resource.as_str(),
+            resource = lease.resource(),
             outcome = tracing::field::Empty,
         );
         #[cfg(feature = "metrics")]
@@ -43,7 +43,7 @@ impl Coordinator {
 
     /// [`release`](Self::release), within its span.
     async fn release_in(&self, lease: &Arc<Lease>) -> Result<(), LockError> {
-        let resource = lease.resource.as_str();
+        let resource = lease.resource();
         // On nodes that may apply our requests out of order (a cluster client routes each
         // one on its own), an unlock left in flight can land after this holder's next SET
         // of the same keys, and a SET of the acquisition after this unlock: either leaves
@@ -98,14 +98,14 @@ impl Coordinator {
             // Its keys, token and all, belong to the task it was passed to: nothing to
             // record in this lease, which already ended.
             return Err(LockError::NotHeld {
-                resource: lease.resource.clone(),
+                resource: lease.resource().to_owned(),
                 tally: self.empty_tally(),
             });
         }
         let started = Instant::now();
         let span = tracing::debug_span!(
             "quorumlock.refresh",
-            resource = lease.resource.as_str(),
+            resource = lease.resource(),
             outcome = tracing::field::Empty,
         );
         let result = self.extend(lease).instrument(span.clone()).await;
@@ -126,7 +126,7 @@ impl Coordinator {
 
     /// [`refresh`](Self::refresh) on the nodes, within its span; the new deadline.
     async fn extend(&self, lease: &Lease) -> Result<Instant, LockError> {
-        let (resource, keys, token) = (lease.resource.as_str(), &lease.keys, &lease.token);
+        let (resource, keys, token) = (lease.resource(), &lease.keys, &lease.token);
         let current_deadline = lease.deadline();
         let started = Instant::now();
         self.check_not_expired(resource, current_deadline, started)?;
@@ -180,7 +180,7 @@ impl Coordinator {
         if tally.has_quorum() {
             Ok(Instant::now() < deadline)
         } else {
-            match self.loss(&lease.resource, tally) {
+            match self.loss(lease.resource(), tally) {
                 LockError::NotHeld { .. } => Ok(false),
                 unknown => Err(unknown),
             }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use crate::cohort::Cohorts;
 use crate::config::LockConfig;
-use crate::error::LockError;
+use crate::error::{LockError, Tally};
 use crate::handoff::HandOff;
 use crate::metrics::{Counters, NodeMetrics};
 use crate::node::LockNode;
@@ -53,6 +53,10 @@ pub(crate) struct Coordinator {
     cohorts: Arc<Cohorts>,
     config: LockConfig,
     quorum: usize,
+    /// The tallies of won rounds that met no refusal or failure, by how many nodes had
+    /// agreed when the quorum was decided: nearly every lease is won so, and shares one of
+    /// these instead of keeping a copy (see `won_tally`).
+    clean_tallies: Arc<[Arc<Tally>]>,
 }
 
 impl Coordinator {
@@ -94,6 +98,16 @@ impl Coordinator {
         Ok(Coordinator {
             hand_off: Arc::new(HandOff::new(Arc::clone(&nodes), quorum)),
             cohorts: Arc::default(),
+            clean_tallies: (0..=nodes.len())
+                .map(|granted| {
+                    Arc::new(Tally {
+                        nodes: nodes.len(),
+                        quorum,
+                        granted,
+                        ..Tally::default()
+                    })
+                })
+                .collect(),
             nodes,
             counters,
             observed,
@@ -159,6 +173,7 @@ impl Coordinator {
             cohorts: Arc::clone(&self.cohorts),
             config,
             quorum: self.quorum,
+            clean_tallies: Arc::clone(&self.clean_tallies),
         }
     }
 

@@ -112,6 +112,16 @@ impl Coordinator {
         })
     }
 
+    /// The tally a lease won with `tally` keeps: a shared one when no node refused or
+    /// failed, else a copy of its own.
+    pub(super) fn won_tally(&self, tally: &Tally) -> Arc<Tally> {
+        let clean = tally.refused.is_empty() && tally.failures.is_empty();
+        match self.clean_tallies.get(tally.granted) {
+            Some(shared) if clean && **shared == *tally => Arc::clone(shared),
+            _ => Arc::new(tally.clone()),
+        }
+    }
+
     pub(super) fn empty_tally(&self) -> Tally {
         Tally {
             nodes: self.nodes.len(),

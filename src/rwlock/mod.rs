@@ -21,7 +21,7 @@ use crate::lease::LostSignal;
 use crate::lock::Lock;
 use crate::node::scripts::{READERS_PREFIX, READER_PREFIX, WRITER_WAITING_PREFIX};
 use crate::quorum::Claim;
-use crate::resource::Resources;
+use crate::resource::{Name, Resources};
 use crate::token::LockToken;
 
 /// A read-write lock shared by many processes through the lock's nodes: any number of
@@ -90,7 +90,8 @@ use crate::token::LockToken;
 #[derive(Clone)]
 pub struct RwLock<L> {
     lock: L,
-    name: String,
+    /// Shared with the name of every lease it makes, rather than copied into each.
+    name: Arc<str>,
     writer: Arc<str>,
     writer_preference: bool,
 }
@@ -113,7 +114,7 @@ impl<L: QuorumLock> RwLock<L> {
         config.key_for(&format!("{name}{}", reader_suffix_of_the_longest()))?;
         Ok(RwLock {
             lock,
-            name: name.to_owned(),
+            name: name.into(),
             writer,
             writer_preference: true,
         })
@@ -283,7 +284,7 @@ impl<L: QuorumLock> RwLock<L> {
             }
         };
         let resources = Resources {
-            name: self.name.clone(),
+            name: Name::Own(Arc::clone(&self.name)),
             keys,
         };
         self.inner().try_claim(&resources, &claim).await
