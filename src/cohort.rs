@@ -347,3 +347,30 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seat_joins_its_line_only_once_it_sits_down() {
+        let cohorts = Arc::new(Cohorts::default());
+        let keys: Keys = Arc::from(vec![Arc::<str>::from("quorumlock:k")]);
+        let ttl = Duration::from_secs(30);
+        let seat = cohorts.seat(&keys, ttl);
+        assert!(
+            !cohorts.has_line(&keys, ttl),
+            "a standing seat is in no line"
+        );
+        seat.sit();
+        seat.sit();
+        assert!(cohorts.has_line(&keys, ttl));
+        assert!(!cohorts.has_line(&keys, Duration::from_secs(10)));
+        assert_eq!(lock(&cohorts.lines)[&(Arc::clone(&keys), ttl)].len(), 1);
+        drop(seat);
+        assert!(
+            !cohorts.has_line(&keys, ttl),
+            "a dropped seat leaves its line"
+        );
+    }
+}
