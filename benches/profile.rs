@@ -7,7 +7,8 @@
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p target/release/deps/profile-<hash> s3 quorumlock 100
 //! ```
 //!
-//! Arguments: the load (`s1`: one task's uncontended acquire + release; `s3`: 8 clients,
+//! Arguments: the load (`s1`: one task's uncontended acquire + release; `s6`: the same on
+//! one node, quorumlock's `RedisLock` against the single-node floor; `s3`: 8 clients,
 //! each with its own connections, taking turns at one lock around a counter's GET + SET;
 //! `s3b`: the same with 8 tasks sharing one client), the contender (`quorumlock`,
 //! `rslock`, `floor`), and the operations per task. The nodes are 5 local redis-server
@@ -36,7 +37,7 @@ fn main() {
         }
     }
     let [load, contender, ops] = args.as_slice() else {
-        eprintln!("usage: profile <s1|s3|s3b> <quorumlock|rslock|floor> <ops per task>");
+        eprintln!("usage: profile <s1|s6|s3|s3b> <quorumlock|rslock|floor> <ops per task>");
         std::process::exit(2);
     };
     let contender = match contender.as_str() {
@@ -55,16 +56,22 @@ fn main() {
 }
 
 async fn run(load: &str, contender: Contender, ops: u64) {
-    let cluster = RedisCluster::start(5).await.expect("start 5 nodes");
+    let nodes = if load == "s6" { 1 } else { 5 };
+    let cluster = RedisCluster::start(nodes).await.expect("start the nodes");
     let urls = cluster.urls();
     // Under valgrind the client runs tens of times slower: a node timeout that it never
-    // reaches, so that the work done is the same in every run.
-    let config = LockConfig::builder()
-        .node_timeout(std::time::Duration::from_millis(1_000))
-        .retry_count(1_000_000)
-        .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
-        .build()
-        .expect("config");
+    // reaches, so that the work done is the same in every run. Otherwise the scenarios'
+    // settings: the defaults for the uncontended cycles, and no giving up under contention.
+    let node_timeout = std::time::Duration::from_millis(1_000);
+    let config = match load {
+        "s1" | "s6" => LockConfig::builder().node_timeout(node_timeout).build(),
+        _ => LockConfig::builder()
+            .node_timeout(node_timeout)
+            .retry_count(1_000_000)
+            .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
+            .build(),
+    }
+    .expect("config");
     let counter = cluster
         .node(0)
         .client()
@@ -73,7 +80,7 @@ async fn run(load: &str, contender: Contender, ops: u64) {
         .await
         .expect("counter connection");
     let clients: Vec<Arc<Client>> = match load {
-        "s1" => vec![Arc::new(Client::connect(contender, &urls, &config).await)],
+        "s1" | "s6" => vec![Arc::new(Client::connect(contender, &urls, &config).await)],
         "s3" => {
             let mut clients = Vec::new();
             for _ in 0..8 {
@@ -103,7 +110,7 @@ async fn run(load: &str, contender: Contender, ops: u64) {
         .enumerate()
         .map(|(task, client)| {
             let mut counter = counter.clone();
-            let contended = load != "s1";
+            let contended = !matches!(load, "s1" | "s6");
             tokio::spawn(async move {
                 for i in 0..ops {
                     if !contended {
@@ -187,13 +194,12 @@ fn node_replies(clients: &[Arc<Client>]) -> u64 {
             continue;
         }
         seen.push(Arc::as_ptr(client));
-        if let Client::Redlock(lock) = &**client {
-            replies += lock
-                .node_metrics()
-                .iter()
-                .map(|node| node.replies)
-                .sum::<u64>();
-        }
+        let metrics = match &**client {
+            Client::Redlock(lock) => lock.node_metrics(),
+            Client::Single(lock) => lock.node_metrics(),
+            _ => continue,
+        };
+        replies += metrics.iter().map(|node| node.replies).sum::<u64>();
     }
     replies
 }

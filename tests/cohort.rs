@@ -223,9 +223,14 @@ async fn a_released_guard_that_passed_the_lock_holds_nothing() {
     no_keys_left(&cluster, Duration::from_secs(2)).await;
 }
 
-/// Polls `future` once, so that it takes its seat in the line.
+/// Drives `future` until its first attempt was refused, so that it took its seat in the
+/// line (an acquisition of keys not contended in this process sits down only then).
 async fn poll_once<F: std::future::Future + Unpin>(future: &mut F) {
-    assert!(futures::poll!(future).is_pending());
+    let refused = tokio::time::timeout(Duration::from_millis(100), future).await;
+    assert!(
+        refused.is_err(),
+        "the acquisition ended while the lock was held"
+    );
 }
 
 #[tokio::test]
@@ -233,15 +238,17 @@ async fn a_pass_to_a_waiter_dropped_before_it_took_it_goes_to_the_next() {
     let cluster = cluster(3).await;
     let lock = redlock(&cluster, cohort(32, Duration::from_secs(1))).await;
     let guard = lock.try_acquire("gone").await.unwrap();
-    let mut first = Box::pin(lock.acquire("gone"));
-    poll_once(&mut first).await;
+    // Refused, it takes the process's turn on the nodes...
     let second = tokio::spawn({
         let lock = lock.clone();
         async move { lock.acquire("gone").await.unwrap() }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // ...so this one sits down at once and waits for that turn: the first seat without it.
+    let mut first = Box::pin(lock.acquire("gone"));
+    poll_once(&mut first).await;
     let before = lock.metrics();
-    // The baton goes to the first waiter, which is never polled again.
+    // The baton goes to that waiter, which is never polled again.
     guard.release().await.unwrap();
     drop(first);
     let next = tokio::time::timeout(TTL, second).await.unwrap().unwrap();

@@ -58,6 +58,12 @@ impl HandOff {
             .clone()
     }
 
+    /// Whether blocking acquisitions of `keys` in this process contend: one holds or waits
+    /// for their turn, or found them held within the last second.
+    pub(crate) fn contended_here(&self, keys: &Keys) -> bool {
+        self.queues.has_waiters(keys) || self.queues.recently_contended(keys)
+    }
+
     /// Starts watching the releases of `key` on every node; `None` when no node announces
     /// them.
     pub(super) async fn release_watches(&self, key: &str) -> Option<ReleaseWatches> {

@@ -156,8 +156,9 @@ impl Coordinator {
             Err(error) => {
                 // Requests not yet sent are not sent at all; the rollback covers the rest.
                 drop(in_flight);
-                self.roll_back(resource, &error, &keys, &token, &answers)
-                    .await;
+                // Boxed, as the other paths only contention or fencing takes below: the
+                // attempt's future, moved at every await above it, stays small.
+                Box::pin(self.roll_back(resource, &error, &keys, &token, &answers)).await;
                 cleanup.disarm();
                 Err(error)
             }
@@ -211,7 +212,7 @@ impl Coordinator {
             return Err(self.refusal(resource, tally));
         }
         let fencing_token = if self.config.fencing() {
-            Some(fencing::mint(self, resource, keys).await?)
+            Some(Box::pin(fencing::mint(self, resource, keys)).await?)
         } else {
             None
         };
@@ -256,7 +257,9 @@ impl Coordinator {
     /// cohorts on, it also waits in this process's line of the keys, where a task that
     /// holds them may pass them on (see `cohort`): whichever comes first wins, and the
     /// other is given up (a lock won on the nodes drops the seat, whose baton, if one came
-    /// meanwhile, goes to the next seat).
+    /// meanwhile, goes to the next seat). It sits down at once when the keys are contended
+    /// in this process (a line, a turn, or a refusal within the last second), else only
+    /// once its first attempt was refused: an uncontended acquisition joins no line.
     async fn acquire_in(
         self: &Arc<Self>,
         resources: &[&str],
@@ -270,8 +273,12 @@ impl Coordinator {
                 .acquire_on_nodes(&resources, deadline, span, None)
                 .await;
         }
-        let mut seat: Seat = self.cohorts().seat(&resources.keys, self.config.ttl());
-        let on_nodes = self.acquire_on_nodes(&resources, deadline, span, Some(seat.contending()));
+        let (keys, ttl) = (&resources.keys, self.config.ttl());
+        let seat: Seat = self.cohorts().seat(keys, ttl);
+        if self.cohorts().has_line(keys, ttl) || self.hand_off.contended_here(keys) {
+            seat.sit();
+        }
+        let on_nodes = self.acquire_on_nodes(&resources, deadline, span, Some(&seat));
         tokio::select! {
             biased;
             baton = seat.passed() => Ok(baton.take()),
@@ -280,13 +287,14 @@ impl Coordinator {
     }
 
     /// The blocking acquire on the nodes: attempts, and waits between them as the waiter
-    /// says; `contending` is set once it holds this process's turn.
+    /// says. The cohort `seat`, if any, sits down before the first wait, and its
+    /// contending flag is set once it holds this process's turn.
     async fn acquire_on_nodes(
         self: &Arc<Self>,
         resources: &Resources,
         deadline: Option<Instant>,
         span: &tracing::Span,
-        contending: Option<Arc<std::sync::atomic::AtomicBool>>,
+        seat: Option<&Seat>,
     ) -> Result<Arc<Lease>, LockError> {
         let started = Instant::now();
         let timed_out = |last: Option<LockError>| LockError::TimedOut {
@@ -300,7 +308,7 @@ impl Coordinator {
             &self.config,
             &resources.keys,
             deadline,
-            contending,
+            seat.map(Seat::contending),
         )
         .await
         .map_err(|TurnTimedOut| timed_out(None))?;
@@ -323,6 +331,9 @@ impl Coordinator {
                 Err(error) if error.is_retryable() && retries_left > 0 => error,
                 result => break result,
             };
+            if let Some(seat) = seat {
+                seat.sit();
+            }
             let wait = retry_wait(&self.config, &mut rand::rng());
             let wakes = Instant::now().checked_add(wait);
             if deadline.is_some_and(|deadline| wakes.is_none_or(|wakes| wakes >= deadline)) {
@@ -331,7 +342,7 @@ impl Coordinator {
             retries_left -= 1;
             let held = matches!(error, LockError::Held { .. });
             if held {
-                match waiter.found_held().await {
+                match Box::pin(waiter.found_held()).await {
                     Ok(Next::AtOnce) => {
                         last_error = Some(error);
                         continue;
@@ -340,14 +351,12 @@ impl Coordinator {
                     Err(TurnTimedOut) => break Err(timed_out(Some(error))),
                 }
             }
-            waiter
-                .wait(&asking, held, wait, attempt_started.elapsed())
-                .await;
+            Box::pin(waiter.wait(&asking, held, wait, attempt_started.elapsed())).await;
             last_error = Some(error);
         };
         match outcome {
             Ok(_) => waiter.won(),
-            Err(_) => waiter.give_up().await,
+            Err(_) => Box::pin(waiter.give_up()).await,
         }
         outcome
     }

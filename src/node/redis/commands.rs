@@ -29,6 +29,8 @@ impl LockNode for RedisNode {
     }
 
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
+        // The rare branches (watches, replica acknowledgements) are boxed: inline, they
+        // made this future, copied into its box on every request, 3.2 KB instead of 0.7.
         async move {
             let reply = match wire_announcing(request, &self.scripts, self.channel())? {
                 Wire::Command { command, read } => {
@@ -52,11 +54,16 @@ impl LockNode for RedisNode {
                     };
                     read.reply(reply.map_err(|err| self.node_error(err))?)
                 }
-                Wire::WatchReleases(key) => Ok(self.watch_releases(key).await),
-                Wire::WatchReservations(client) => Ok(self.watch_reservations(client).await),
+                Wire::WatchReleases(key) => Ok(Box::pin(self.watch_releases(key)).await),
+                Wire::WatchReservations(client) => {
+                    Ok(Box::pin(self.watch_reservations(client)).await)
+                }
                 Wire::Unsupported => Ok(NodeReply::Unsupported),
             }?;
-            self.acknowledged(&request, reply).await
+            if self.replica_acks.is_none() {
+                return Ok(reply);
+            }
+            Box::pin(self.acknowledged(&request, reply)).await
         }
         .boxed()
     }
