@@ -27,25 +27,16 @@ fn fair_queue() -> impl Strategy<Value = Schedule> {
 /// `Tidy` or `ScriptLoss`), and node clocks stopped, so that no key, reservation or place
 /// lapses on its own and whatever is left on a node at the end was left there by a client.
 ///
-/// Precondition (a finding of these properties, see docs/testing-properties.md): every
-/// node answers well within the node timeout, a script reload included (delays and
-/// connection set-up under an eighth of it). A queued winner's lock request that a node
-/// answers only after the timeout is taken as a refusal by the task that settles a won
-/// round's late requests, so when it lands after the release it is not undone, and stays
-/// until its TTL.
+/// Nodes may be slower than the node timeout (delays and connection set-up as generated).
+/// These properties once needed every node to answer within an eighth of it: a queued
+/// winner's late lock request that a node answered only after the timeout was taken as a
+/// refusal by the task that settles a won round's late requests, so when it landed after
+/// the release it stayed until its TTL. That task now undoes it (see
+/// `quorum/stragglers.rs`); with the bound lifted, a search finds the leftover without it.
 fn tidy(profile: Profile) -> impl Strategy<Value = Schedule> {
     schedules(profile).prop_map(|mut schedule| {
-        let most = schedule.node_timeout_ms / 8;
         for node in &mut schedule.setup {
             node.rate = 0.0;
-            node.request_delay_ms = node.request_delay_ms.min(most);
-            node.reply_delay_ms = node.reply_delay_ms.min(most);
-            node.connect_delay_ms = node.connect_delay_ms.min(most);
-        }
-        for fault in &mut schedule.faults {
-            if let Fault::RequestDelay(delay) | Fault::ReplyDelay(delay) = &mut fault.fault {
-                *delay = (*delay).min(most);
-            }
         }
         schedule
     })
