@@ -121,15 +121,16 @@ impl Unlocks {
     /// `patience` for its answer, and says no when none came (the caller then unlocks
     /// again, which compare-and-delete makes harmless).
     pub(crate) async fn deleted_on(&self, index: usize, patience: Duration) -> bool {
-        let answered = async {
-            loop {
-                let notified = self.recorded.notified();
-                match self.outcomes.get(index).map(|o| o.load(Ordering::Acquire)) {
-                    Some(UNLOCK_PENDING) => notified.await,
-                    outcome => return outcome == Some(UNLOCK_DELETED),
-                }
+        let answered = self.until(|unlocks| {
+            match unlocks
+                .outcomes
+                .get(index)
+                .map(|o| o.load(Ordering::Acquire))
+            {
+                Some(UNLOCK_PENDING) => None,
+                outcome => Some(outcome == Some(UNLOCK_DELETED)),
             }
-        };
+        });
         tokio::time::timeout(patience, answered)
             .await
             .unwrap_or(false)
@@ -145,16 +146,20 @@ impl Unlocks {
     /// Waits up to `patience` for [`settle`](Self::settle): a release on nodes that may
     /// apply requests out of order returns only once no `SET` of its lease can still land.
     pub(crate) async fn settled(&self, patience: Duration) {
-        let settled = async {
-            loop {
-                let notified = self.recorded.notified();
-                if self.settled.load(Ordering::Acquire) {
-                    return;
-                }
-                notified.await;
-            }
-        };
+        let settled = self.until(|unlocks| unlocks.settled.load(Ordering::Acquire).then_some(()));
         let _ = tokio::time::timeout(patience, settled).await;
+    }
+
+    /// Waits until `ready` says something. Each wait is registered before `ready` looks,
+    /// so a record or settling between the look and the wait still wakes it.
+    async fn until<T>(&self, ready: impl Fn(&Self) -> Option<T>) -> T {
+        loop {
+            let notified = self.recorded.notified();
+            if let Some(value) = ready(self) {
+                return value;
+            }
+            notified.await;
+        }
     }
 }
 

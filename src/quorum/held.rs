@@ -73,7 +73,9 @@ impl Coordinator {
             if !in_order {
                 // The late SETs' round ends within a node timeout of the acquisition,
                 // and each undo takes at most one more.
-                unlocks.settled(self.config.node_timeout() * 2).await;
+                unlocks
+                    .settled(self.config.node_timeout().saturating_mul(2))
+                    .await;
             }
         } else {
             self.let_finish(in_flight);
