@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use futures::stream::FuturesUnordered;
-use futures::StreamExt;
 use quorumlock::{LockConfig, LockGuard, RedisLock, Redlock};
 use rand::RngCore;
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 /// Who is being measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -152,6 +153,31 @@ impl Client {
     }
 }
 
+/// The floor's requests of one round, not answered yet.
+type Replies<'a, T> = Vec<Pin<Box<dyn Future<Output = redis::RedisResult<T>> + Send + 'a>>>;
+
+/// The next reply of a round, in the order they come; `None` when none is left.
+///
+/// Each wake polls every pending request, as `join_all` does, rather than going through a
+/// `FuturesUnordered`: that set wakes its own task after polling every future it holds,
+/// and on tokio's multi-thread runtime such a wake costs a thread wake-up (two futex
+/// calls) per round, which no client has to pay (rslock's `join_all` does not).
+async fn next_reply<T>(replies: &mut Replies<'_, T>) -> Option<redis::RedisResult<T>> {
+    if replies.is_empty() {
+        return None;
+    }
+    futures::future::poll_fn(|cx| {
+        for position in 0..replies.len() {
+            if let Poll::Ready(reply) = replies[position].as_mut().poll(cx) {
+                drop(replies.remove(position));
+                return Poll::Ready(Some(reply));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
 /// Compare-and-delete, the plain form every Redlock client uses.
 const UNLOCK: &str = r#"
 if redis.call("GET", KEYS[1]) == ARGV[1] then
@@ -164,7 +190,7 @@ return 0
 /// crate quorumlock uses. One multiplexed connection per node; `SET key token NX PX ttl`
 /// sent to every node at once, returning as soon as a quorum granted it (or could no longer
 /// grant it); release by the compare-and-delete script (`EVALSHA`) sent to every node at
-/// once, returning at a quorum of replies. No timeouts, no validity bookkeeping, no
+/// once, returning at a quorum of replies (see [`next_reply`]). No timeouts, no validity bookkeeping, no
 /// metrics, no pub/sub, no cleanup of stragglers (their replies are dropped). With one URL
 /// it is the single-node floor: `SET NX PX` + compare-and-delete on one connection.
 pub struct Floor {
@@ -209,7 +235,7 @@ impl Floor {
 
     pub async fn lock(&self, key: &str) -> Result<FloorLock, String> {
         let token = Self::token();
-        let mut replies: FuturesUnordered<_> = self
+        let mut replies: Replies<'_, _> = self
             .nodes
             .iter()
             .map(|connection| {
@@ -221,11 +247,12 @@ impl Floor {
                     .arg("NX")
                     .arg("PX")
                     .arg(self.ttl_ms);
-                async move { command.query_async::<Value>(&mut connection).await }
+                Box::pin(async move { command.query_async::<Value>(&mut connection).await })
+                    as Pin<Box<dyn Future<Output = _> + Send + '_>>
             })
             .collect();
         let mut granted = 0;
-        while let Some(reply) = replies.next().await {
+        while let Some(reply) = next_reply(&mut replies).await {
             if matches!(reply, Ok(Value::Okay)) {
                 granted += 1;
             }
@@ -250,18 +277,19 @@ impl Floor {
     }
 
     pub async fn unlock(&self, lock: FloorLock) -> Result<(), String> {
-        let mut replies: FuturesUnordered<_> = self
+        let mut replies: Replies<'_, i64> = self
             .nodes
             .iter()
             .map(|connection| {
                 let mut connection = connection.clone();
                 let mut invocation = self.unlock.key(&lock.key);
                 invocation.arg(&lock.token);
-                async move { invocation.invoke_async::<i64>(&mut connection).await }
+                Box::pin(async move { invocation.invoke_async::<i64>(&mut connection).await })
+                    as Pin<Box<dyn Future<Output = _> + Send + '_>>
             })
             .collect();
         let mut deleted = 0;
-        while let Some(reply) = replies.next().await {
+        while let Some(reply) = next_reply(&mut replies).await {
             if matches!(reply, Ok(1)) {
                 deleted += 1;
             }

@@ -14,15 +14,15 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use futures::stream::FuturesUnordered;
-use futures::StreamExt;
+use futures::task::AtomicWaker;
 use redis::{RedisResult, Value};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
+use tokio::time::{Instant, Timeout};
 
 use crate::metrics::Counters;
 
@@ -75,10 +75,11 @@ async fn keep(
     bounds: Bounds,
     counters: Arc<Counters>,
 ) {
-    let mut requests = FuturesUnordered::new();
+    let mut requests = Kept::default();
     let drop_one = || Counters::bump(&counters.unawaited_dropped);
     loop {
         tokio::select! {
+            biased;
             request = handed.recv() => match request {
                 Some((handed_at, request)) => {
                     if requests.len() >= bounds.most {
@@ -90,17 +91,97 @@ async fn keep(
                 }
                 None => break,
             },
-            Some(answer) = requests.next(), if !requests.is_empty() => {
-                if answer.is_err() {
+            timed_out = requests.next_answer(), if requests.len() > 0 => {
+                if timed_out {
                     drop_one();
                 }
             }
         }
     }
-    while let Some(answer) = requests.next().await {
-        if answer.is_err() {
+    while requests.len() > 0 {
+        if requests.next_answer().await {
             drop_one();
         }
+    }
+}
+
+/// The requests the keeper awaits, each polled only once woken.
+///
+/// Not a `FuturesUnordered`: having polled every future it holds and found all pending
+/// (as it does each time one request is handed to an idle keeper), that set wakes its own
+/// task to yield, and tokio reschedules a task woken as it runs through another worker:
+/// a thread wake-up for every round a quorum decided (see docs/design.md, "Where we wrote
+/// our own").
+#[derive(Default)]
+struct Kept {
+    requests: Vec<OneKept>,
+    /// The keeper task, woken by any of its requests.
+    keeper: Arc<AtomicWaker>,
+}
+
+/// One kept request, with its waker.
+struct OneKept {
+    request: Pin<Box<Timeout<Request>>>,
+    woken: Arc<Woken>,
+    waker: Waker,
+}
+
+/// One kept request's waker: marks it for polling and wakes the keeper.
+struct Woken {
+    woken: AtomicBool,
+    keeper: Arc<AtomicWaker>,
+}
+
+impl Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.keeper.wake();
+    }
+}
+
+impl Kept {
+    fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Adds `request`, to be polled (and so sent, if it was not yet) on the next wait.
+    fn push(&mut self, request: Timeout<Request>) {
+        let woken = Arc::new(Woken {
+            woken: AtomicBool::new(true),
+            keeper: Arc::clone(&self.keeper),
+        });
+        let waker = Waker::from(Arc::clone(&woken));
+        self.requests.push(OneKept {
+            request: Box::pin(request),
+            woken,
+            waker,
+        });
+    }
+
+    /// Waits until one request ends, and says whether it ran out of time; pending while
+    /// none is held.
+    async fn next_answer(&mut self) -> bool {
+        futures::future::poll_fn(|cx| {
+            self.keeper.register(cx.waker());
+            let mut position = 0;
+            while position < self.requests.len() {
+                let kept = &mut self.requests[position];
+                if kept.woken.woken.swap(false, Ordering::AcqRel) {
+                    let mut context = Context::from_waker(&kept.waker);
+                    if let Poll::Ready(answer) = kept.request.as_mut().poll(&mut context) {
+                        drop(self.requests.swap_remove(position));
+                        return Poll::Ready(answer.is_err());
+                    }
+                }
+                position += 1;
+            }
+            Poll::Pending
+        })
+        .await
     }
 }
 
@@ -181,5 +262,53 @@ impl Drop for Awaited<'_> {
         if let Some(request) = self.request.take().filter(|_| wanted) {
             self.unawaited.keep(request);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::tests::Wakes;
+
+    fn kept(
+        request: impl Future<Output = RedisResult<Value>> + Send + 'static,
+    ) -> Timeout<Request> {
+        let request: Request = Box::pin(request);
+        tokio::time::timeout(Duration::from_secs(60), request)
+    }
+
+    fn silent() -> Timeout<Request> {
+        kept(futures::future::pending())
+    }
+
+    #[tokio::test]
+    async fn the_keeper_handed_a_request_does_not_wake_its_own_task() {
+        // See `Kept`: a self-wake costs a thread wake-up on the multi-thread runtime.
+        let mut held = Kept::default();
+        held.push(silent());
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        let mut next = std::pin::pin!(held.next_answer());
+        assert!(next
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        assert_eq!(wakes.count(), 0, "the keeper woke its own task");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_keeper_polls_each_request_it_holds_until_it_ends() {
+        let mut held = Kept::default();
+        let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+        held.push(silent());
+        held.push(kept(async move {
+            answered.await.expect("sent");
+            Ok(Value::Okay)
+        }));
+        answer.send(()).expect("waiting");
+        assert!(!held.next_answer().await, "answered, not timed out");
+        assert_eq!(held.len(), 1);
+        assert!(held.next_answer().await, "the silent one times out");
+        assert_eq!(held.len(), 0);
     }
 }
