@@ -65,6 +65,15 @@ impl LockToken {
             Repr::Given(token) => token,
         }
     }
+
+    /// The token's bytes, as sent to the nodes: [`as_str`](Self::as_str) without the UTF-8
+    /// check that a generated token's inline digits need to be read as text.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Generated(hex) => hex,
+            Repr::Given(token) => token.as_bytes(),
+        }
+    }
 }
 
 // By the text alone: a generated token equals the same digits read back with `from_string`.

@@ -291,7 +291,7 @@ pub(crate) enum Resend {
 pub(crate) struct ScriptCall<'a> {
     script: &'a Arc<CachedScript>,
     keys: &'a [Arc<str>],
-    args: &'a [&'a str],
+    args: &'a [&'a [u8]],
 }
 
 impl<'a> ScriptCall<'a> {
@@ -299,7 +299,7 @@ impl<'a> ScriptCall<'a> {
     pub(crate) fn new(
         script: &'a Arc<CachedScript>,
         keys: &'a [Arc<str>],
-        args: &'a [&'a str],
+        args: &'a [&'a [u8]],
     ) -> Self {
         ScriptCall { script, keys, args }
     }

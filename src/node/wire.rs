@@ -102,7 +102,7 @@ pub(crate) fn wire_announcing<'a>(
     channel: &'static str,
 ) -> Result<Wire<'a>, NodeError> {
     let announce = !channel.is_empty();
-    let repeatable = |name, keys: &[Arc<str>], args: &[&str], read| {
+    let repeatable = |name, keys: &[Arc<str>], args: &[&[u8]], read| {
         script_call(scripts, name, keys, args, Resend::AlsoAfterReconnect, read)
     };
     Ok(match request {
@@ -110,7 +110,7 @@ pub(crate) fn wire_announcing<'a>(
         NodeRequest::Unlock { keys, token } => repeatable(
             NodeScript::Unlock,
             keys,
-            &[token.as_str(), channel],
+            &[token.as_bytes(), channel.as_bytes()],
             Read::Flag,
         )?,
         NodeRequest::Extend { keys, token, ttl } => {
@@ -118,7 +118,7 @@ pub(crate) fn wire_announcing<'a>(
             repeatable(
                 NodeScript::Extend,
                 keys,
-                &[token.as_str(), ttl.as_str()],
+                &[token.as_bytes(), ttl.as_bytes()],
                 Read::Flag,
             )?
         }
@@ -140,7 +140,7 @@ pub(crate) fn wire_announcing<'a>(
             repeatable(
                 NodeScript::RaiseCounter,
                 keys,
-                &[value.as_str()],
+                &[value.as_bytes()],
                 Read::Counter,
             )?
         }
@@ -157,7 +157,7 @@ pub(crate) fn wire_announcing<'a>(
                 Decimal::new(millis(ttl)),
                 Decimal::new(millis(interest).max(1)),
             );
-            let args = [token.as_str(), ttl.as_str(), interest.as_str()];
+            let args = [token.as_bytes(), ttl.as_bytes(), interest.as_bytes()];
             lock_script(scripts, NodeScript::LockWatching, keys, &args)?
         }
         NodeRequest::LockQueued {
@@ -168,7 +168,7 @@ pub(crate) fn wire_announcing<'a>(
         } => lock_queued(scripts, keys, token, ttl, place, channel)?,
         NodeRequest::LeaveQueue { keys, waiter } => {
             // A waiter for several keys may be queued under any of them.
-            let args = [waiter.as_str(), channel];
+            let args = [waiter.as_bytes(), channel.as_bytes()];
             repeatable(NodeScript::LeaveQueue, keys, &args, Read::Done)?
         }
         NodeRequest::WatchReleases { key } if announce => Wire::WatchReleases(key),
@@ -208,13 +208,13 @@ fn lock<'a>(
     let ttl = millis(ttl);
     let [key] = keys else {
         let ttl = Decimal::new(ttl);
-        let args = [token.as_str(), ttl.as_str()];
+        let args = [token.as_bytes(), ttl.as_bytes()];
         return lock_script(scripts, NodeScript::Lock, keys, &args);
     };
-    let mut set = Cmd::with_capacity(6, key.len() + token.as_str().len() + 32);
+    let mut set = Cmd::with_capacity(6, key.len() + token.as_bytes().len() + 32);
     set.arg("SET")
         .arg(&**key)
-        .arg(token.as_str())
+        .arg(token.as_bytes())
         .arg("NX")
         .arg("PX")
         .arg(ttl);
@@ -239,12 +239,12 @@ fn lock_queued<'a>(
     let ticket = Decimal::new(place.ticket);
     let lifetime = Decimal::new(millis(place.lifetime).max(1));
     let args = [
-        token.as_str(),
-        ttl.as_str(),
-        place.waiter.as_str(),
-        ticket.as_str(),
-        lifetime.as_str(),
-        channel,
+        token.as_bytes(),
+        ttl.as_bytes(),
+        place.waiter.as_bytes(),
+        ticket.as_bytes(),
+        lifetime.as_bytes(),
+        channel.as_bytes(),
     ];
     match keys {
         [] => Err(no_keys()),
@@ -259,7 +259,7 @@ fn lock_script<'a>(
     scripts: &'a NodeScripts,
     name: NodeScript,
     keys: &[Arc<str>],
-    args: &[&str],
+    args: &[&[u8]],
 ) -> Result<Wire<'a>, NodeError> {
     script_call(scripts, name, keys, args, Resend::AfterReload, Read::Flag)
 }
@@ -269,7 +269,7 @@ fn script_call<'a>(
     scripts: &'a NodeScripts,
     name: NodeScript,
     keys: &[Arc<str>],
-    args: &[&str],
+    args: &[&[u8]],
     resend: Resend,
     read: Read,
 ) -> Result<Wire<'a>, NodeError> {
@@ -373,9 +373,8 @@ impl Decimal {
         Decimal { digits, start }
     }
 
-    fn as_str(&self) -> &str {
-        // Only ASCII digits were written.
-        std::str::from_utf8(&self.digits[self.start..]).unwrap_or("0")
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
     }
 }
 
@@ -391,7 +390,7 @@ mod tests {
     #[test]
     fn decimals_read_as_their_numbers() {
         for value in [0, 7, 10, 999, 30_000, 1 << 53, u64::MAX] {
-            assert_eq!(Decimal::new(value).as_str(), value.to_string());
+            assert_eq!(Decimal::new(value).as_bytes(), value.to_string().as_bytes());
         }
     }
 }

@@ -17,7 +17,7 @@ fn a_script_call_lists_the_keys_then_the_queue_and_markers_then_the_args() {
     let script = Arc::new(CachedScript::new(NodeScript::Unlock));
     script.cached.store(true, Ordering::Relaxed);
     let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
-    let call = ScriptCall::new(&script, &keys, &["token", "channel:"]).command();
+    let call = ScriptCall::new(&script, &keys, &[b"token", b"channel:"]).command();
     let expected = [
         "EVALSHA",
         script.name.sha1(),
@@ -41,7 +41,7 @@ fn a_plain_script_call_has_only_the_lock_keys() {
     let script = Arc::new(CachedScript::new(NodeScript::Extend));
     script.cached.store(true, Ordering::Relaxed);
     let keys: Vec<Arc<str>> = vec!["only".into()];
-    let call = ScriptCall::new(&script, &keys, &["token", "30000"]).command();
+    let call = ScriptCall::new(&script, &keys, &[b"token", b"30000"]).command();
     let expected = ["EVALSHA", script.name.sha1(), "1", "only", "token", "30000"];
     assert_eq!(args(&call), expected);
 }
@@ -50,7 +50,7 @@ fn a_plain_script_call_has_only_the_lock_keys() {
 fn a_script_the_node_may_not_have_is_sent_whole() {
     let script = Arc::new(CachedScript::new(NodeScript::Extend));
     let keys: Vec<Arc<str>> = vec!["only".into()];
-    let call = ScriptCall::new(&script, &keys, &["token", "30000"]).command();
+    let call = ScriptCall::new(&script, &keys, &[b"token", b"30000"]).command();
     let expected = ["EVAL", EXTEND, "1", "only", "token", "30000"];
     assert_eq!(args(&call), expected);
 }
@@ -76,10 +76,10 @@ fn the_key_table_names_the_queue_prefixes() {
 fn the_watching_lock_takes_the_first_keys_marker_and_a_queued_one_its_queue() {
     let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
     let watching = Arc::new(CachedScript::new(NodeScript::LockWatching));
-    let call = ScriptCall::new(&watching, &keys, &["t", "1", "2"]).command();
+    let call = ScriptCall::new(&watching, &keys, &[b"t", b"1", b"2"]).command();
     assert_eq!(args(&call)[2..6], ["3", "a", "b", "quorumlock:watched:a"]);
     let queued = Arc::new(CachedScript::new(NodeScript::LockQueued));
-    let call = ScriptCall::new(&queued, &keys[..1], &["t"]).command();
+    let call = ScriptCall::new(&queued, &keys[..1], &[b"t"]).command();
     assert_eq!(
         args(&call)[2..],
         [

@@ -33,7 +33,8 @@ pub(super) fn lock_shared<'a>(
         format!("{READERS_PREFIX}{writer}").into(),
         format!("{WRITER_WAITING_PREFIX}{writer}").into(),
     ];
-    let args = [token.as_str(), &millis(ttl).to_string()];
+    let ttl = millis(ttl).to_string();
+    let args = [token.as_bytes(), ttl.as_bytes()];
     lock_script(scripts, NodeScript::LockShared, &keys, &args)
 }
 
@@ -55,11 +56,8 @@ pub(super) fn lock_exclusive<'a>(
     ];
     // A waiting time under a millisecond still marks the writer as waiting.
     let waiting = waiting.map_or(0, |waiting| millis(waiting).max(1));
-    let args = [
-        token.as_str(),
-        &millis(ttl).to_string(),
-        &waiting.to_string(),
-    ];
+    let (ttl, waiting) = (millis(ttl).to_string(), waiting.to_string());
+    let args = [token.as_bytes(), ttl.as_bytes(), waiting.as_bytes()];
     lock_script(scripts, NodeScript::LockExclusive, &keys, &args)
 }
 
@@ -76,7 +74,7 @@ pub(super) fn proclaim<'a>(
     };
     let keys: [Arc<str>; 2] = [Arc::clone(key), format!("{LEADER_PREFIX}{key}").into()];
     let script = scripts.get(NodeScript::Proclaim);
-    let args = [token.as_str(), record];
+    let args = [token.as_bytes(), record.as_bytes()];
     Ok(Wire::Script {
         script,
         command: ScriptCall::new(script, &keys, &args).command(),
