@@ -126,12 +126,9 @@ impl<T: Send + 'static> Round<T> {
         // for the handful of nodes a round has, cheaper than a waker per request.
         // Cancel safety: an answer is taken from its request only when it is returned.
         futures::future::poll_fn(|cx| {
-            for position in 0..requests.len() {
-                if let Poll::Ready(reply) = requests[position].as_mut().poll(cx) {
-                    drop(requests.remove(position));
-                    let index = waiting_on.remove(position);
-                    return Poll::Ready(Some((index, reply, started.elapsed())));
-                }
+            if let Poll::Ready((position, reply)) = poll_first(requests, cx) {
+                let index = waiting_on.remove(position);
+                return Poll::Ready(Some((index, reply, started.elapsed())));
             }
             if deadline.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
@@ -150,6 +147,29 @@ impl<T: Send + 'static> Round<T> {
     pub(crate) async fn finish(mut self) {
         while self.next().await.is_some() {}
     }
+}
+
+/// Polls every future of `futures` in turn, and removes and returns the first that is
+/// ready, with its position; pending when none is (or there is none).
+///
+/// Unlike a `FuturesUnordered`, this never wakes the task itself: see the module's
+/// documentation. Every future is polled on each wake, which suits the handful of nodes a
+/// round or a set of watches has.
+///
+/// # Cancel safety
+///
+/// An output is taken from its future only when it is returned.
+pub(crate) fn poll_first<F: Future + Unpin>(
+    futures: &mut Vec<F>,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<(usize, F::Output)> {
+    for position in 0..futures.len() {
+        if let Poll::Ready(output) = Pin::new(&mut futures[position]).poll(cx) {
+            drop(futures.remove(position));
+            return Poll::Ready((position, output));
+        }
+    }
+    Poll::Pending
 }
 
 /// An instant so far off that no round lasts until then: a year from now (a day, should

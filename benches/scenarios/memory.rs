@@ -127,8 +127,16 @@ pub async fn measure(urls: &[String], locks: usize, ttl: Duration) -> MemoryRepo
     }
     // The first extension of a lock comes a third of the TTL after it was acquired; wait
     // until the last acquired lock was extended too, and then some.
-    let held_for = ttl / 3 + ttl / 4;
-    tokio::time::sleep(held_for).await;
+    let waited = Instant::now();
+    tokio::time::sleep(ttl / 3 + ttl / 4).await;
+    // Every lock's first extension falls due at once, a burst of rounds that a loaded
+    // machine can take longer than that to send: wait for the count (within one more TTL),
+    // not for a fixed time, so that the bytes are those of extended locks.
+    let give_up = Instant::now() + ttl;
+    while lock.metrics().extended - before.extended < locks as u64 && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held_for = waited.elapsed();
     let extended = live().saturating_sub(baseline);
     let peak = peak().saturating_sub(baseline);
     let after = lock.metrics();

@@ -1,6 +1,7 @@
 //! [`ReleaseWatches`]: the announcements a waiter wakes on, gathered from every node that
 //! makes them: the releases of one key, or the keys reserved for this client's waiters.
 
+use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use futures::{FutureExt, StreamExt};
 use rand::Rng;
 
 use crate::node::{Announcement, LockNode, ReleaseWatch};
+use crate::round::poll_first;
 
 /// After a hand-off wake-up, each waiter pauses a random moment before its attempt, so
 /// that the waiters of different processes woken by one release do not all send their
@@ -119,17 +121,13 @@ impl ReleaseWatches {
         let grace_over = futures::future::Fuse::terminated();
         tokio::pin!(grace_over);
         let mut reserved_by = vec![false; self.watches.len()];
+        let needed = self.needed;
         loop {
-            let mut next: FuturesUnordered<_> = self
-                .watches
-                .iter_mut()
-                .enumerate()
-                .map(|(index, watch)| async move { (index, watch.next_release().await) })
-                .collect();
+            let mut next = self.next_of_each();
             let (index, announced) = tokio::select! {
                 () = &mut give_up => return,
                 () = &mut grace_over => return,
-                Some(release) = next.next() => release,
+                (_, release) = poll_fn(|cx| poll_first(&mut next, cx)) => release,
             };
             // None: announcements were missed; one of them may have been ours.
             let ours = announced
@@ -138,7 +136,7 @@ impl ReleaseWatches {
                 .is_none_or(|named| named == waiter);
             if ours {
                 reserved_by[index] = true;
-                if reserved_by.iter().filter(|&&reserved| reserved).count() >= self.needed {
+                if reserved_by.iter().filter(|&&reserved| reserved).count() >= needed {
                     return;
                 }
                 if grace_over.is_terminated() {
@@ -151,19 +149,24 @@ impl ReleaseWatches {
     /// The next announcement of `needed` different nodes, each with its watch's index.
     async fn next_releases(&mut self) -> Vec<(usize, Announcement)> {
         let needed = self.needed;
-        let mut announcements: FuturesUnordered<_> = self
-            .watches
-            .iter_mut()
-            .enumerate()
-            .map(|(index, watch)| async move { (index, watch.next_release().await) })
-            .collect();
+        let mut announcements = self.next_of_each();
         let mut releases = Vec::with_capacity(needed);
         while releases.len() < needed {
-            match announcements.next().await {
-                Some(release) => releases.push(release),
-                None => std::future::pending().await,
-            }
+            // Pending for ever once no watch is left, as the announcements never come.
+            let (_, release) = poll_fn(|cx| poll_first(&mut announcements, cx)).await;
+            releases.push(release);
         }
         releases
+    }
+
+    /// The next announcement of each watch, with the watch's index, polled together with
+    /// [`poll_first`] (not a `FuturesUnordered`, which wakes its own task each time it
+    /// has polled them all: a thread wake-up on the hand-off's path).
+    fn next_of_each(&mut self) -> Vec<BoxFuture<'_, (usize, Announcement)>> {
+        self.watches
+            .iter_mut()
+            .enumerate()
+            .map(|(index, watch)| async move { (index, watch.next_release().await) }.boxed())
+            .collect()
     }
 }
