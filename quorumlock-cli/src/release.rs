@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 use crate::args::{GlobalArgs, ReleaseArgs};
 use crate::duration::format_duration;
 use crate::exit::{CliError, Kind};
-use crate::nodes::{check_urls, lock_key, node_urls, operator_timeout, quorum};
+use crate::nodes::{
+    is_cluster, is_sentinel, lock_key, node_urls, operator_timeout, quorum, tls_options,
+};
 use crate::output::Output;
 
 /// What one node did with the delete.
@@ -48,15 +50,10 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
         ));
     }
     let urls = node_urls(global)?;
-    let clients = check_urls(global, &urls)?;
-    let token = LockToken::from_string(args.token.clone());
     let budget = operator_timeout(global);
-    let outcomes = join_all(
-        clients
-            .into_iter()
-            .map(|client| unlock(client, &key, &token, budget)),
-    )
-    .await;
+    let nodes = nodes_for(global, &urls, budget).await?;
+    let token = LockToken::from_string(args.token.clone());
+    let outcomes = join_all(nodes.iter().map(|node| unlock(node, &key, &token, budget))).await;
     let names: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
     let quorum = quorum(names.len());
     let decision = decide(&outcomes, quorum);
@@ -126,14 +123,37 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
     }
 }
 
+/// A node for each of `urls`, in their order: a server with the TLS options of `global`,
+/// a Redis Cluster member or a Sentinel-managed master as the lock reads them (see
+/// [`RedisNode::connect`]). A malformed URL is an error before anything is deleted.
+async fn nodes_for(
+    global: &GlobalArgs,
+    urls: &[String],
+    budget: Duration,
+) -> Result<Vec<Arc<dyn LockNode>>, CliError> {
+    // Through the options even when they are the defaults: a rediss:// client needs the
+    // TLS crypto provider installed before its first connection.
+    let tls = tls_options(global)?;
+    let mut nodes: Vec<Arc<dyn LockNode>> = Vec::with_capacity(urls.len());
+    for url in urls {
+        let node = if is_cluster(url) || is_sentinel(url) {
+            RedisNode::connect(url, budget).await
+        } else {
+            tls.client(url)
+                .map(|client| RedisNode::from_client(client, budget))
+        };
+        nodes.push(Arc::new(node.map_err(|error| CliError::from_lock(&error))?));
+    }
+    Ok(nodes)
+}
+
 /// Compare-and-delete on one node, within `budget` (connection included).
 async fn unlock(
-    client: redis::Client,
+    node: &Arc<dyn LockNode>,
     key: &str,
     token: &LockToken,
     budget: Duration,
 ) -> NodeOutcome {
-    let node: Arc<dyn LockNode> = Arc::new(RedisNode::from_client(client, budget));
     let keys: [Arc<str>; 1] = [Arc::from(key)];
     match tokio::time::timeout(budget, node.unlock(&keys, token)).await {
         Err(_) => NodeOutcome::Failed(format!("timed out after {}", format_duration(budget))),

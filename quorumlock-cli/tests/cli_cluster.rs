@@ -1,5 +1,6 @@
 //! The CLI on a Redis Cluster member: `--nodes redis+cluster://...` takes and reports the
-//! lock, and `status` names the master that serves the lock's slot.
+//! lock, `status` names the master that serves the lock's slot, and `release` deletes a
+//! lock by its token there and on a Sentinel-managed master (`redis+sentinel://`).
 
 mod cli_support;
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use cli_support::{bare, code, output, stderr, stdout};
 use quorumlock::{LockConfig, RedisLock};
-use quorumlock_testkit::ShardedCluster;
+use quorumlock_testkit::{SentinelDeployment, ShardedCluster};
 
 #[tokio::test]
 async fn status_names_the_master_of_the_locks_slot_and_run_takes_the_lock() {
@@ -50,4 +51,71 @@ async fn status_names_the_master_of_the_locks_slot_and_run_takes_the_lock() {
     let busy = output(quorumlock().args(["run", "-r", "nightly", "--", "true"])).await;
     assert_ne!(code(&busy), 0, "{}", stdout(&busy));
     guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_deletes_a_lock_on_a_cluster_member_by_its_token() {
+    let cluster = ShardedCluster::start(3, 0)
+        .await
+        .expect("start a local Redis Cluster (redis-server 7)");
+    let member = cluster.url().replace(',', ";");
+    let quorumlock = || {
+        let mut command = bare();
+        command.env("QUORUMLOCK_NODES", &member);
+        command
+    };
+    let config = LockConfig::builder()
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let lock = RedisLock::connect(&cluster.url(), config).await.unwrap();
+    let guard = lock.try_acquire("nightly").await.unwrap();
+    let token = guard.token().as_str().to_owned();
+    let owner = cluster.owner_of("{nightly}").await.unwrap();
+
+    // A wrong token touches nothing; the holder's deletes the key on the slot's master.
+    let wrong = output(quorumlock().args(["release", "nightly", "--token", "not-the-token"])).await;
+    assert_eq!(code(&wrong), 1, "{}", stderr(&wrong));
+    assert_eq!(
+        cluster
+            .node(owner)
+            .get("{nightly}")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(token.as_str())
+    );
+    let released = output(quorumlock().args(["release", "nightly", "--token", &token])).await;
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    assert_eq!(cluster.node(owner).get("{nightly}").await.unwrap(), None);
+    let again = lock.try_acquire("nightly").await.expect("free again");
+    again.release().await.unwrap();
+    drop(guard);
+}
+
+#[tokio::test]
+async fn release_deletes_a_lock_on_a_sentinel_managed_master_by_its_token() {
+    let deployment = SentinelDeployment::start(1)
+        .await
+        .expect("start a master, a replica and a sentinel (redis-server 7)");
+    let url = deployment.url();
+    let config = LockConfig::builder()
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let lock = RedisLock::connect(&url, config).await.unwrap();
+    let guard = lock.try_acquire("report").await.unwrap();
+    let token = guard.token().as_str().to_owned();
+
+    let released = output(
+        bare()
+            .env("QUORUMLOCK_NODES", &url)
+            .args(["release", "report", "--token", &token]),
+    )
+    .await;
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    assert_eq!(deployment.server(0).get("report").await.unwrap(), None);
+    let again = lock.try_acquire("report").await.expect("free again");
+    again.release().await.unwrap();
+    drop(guard);
 }

@@ -103,12 +103,41 @@ impl NodeTimeouts {
 const MOST_UNAWAITED: usize = 1024;
 
 impl RedisNode {
-    /// Prepares a node for `url`, without waiting for a connection.
+    /// Prepares a node for `url`, without waiting for a connection: a server
+    /// (`redis://`, `rediss://`, `redis+unix://`), a Redis Cluster member
+    /// (`redis+cluster://`, `rediss+cluster://`: one vote, whichever master serves a key) or
+    /// a Sentinel-managed master (`redis+sentinel://`), as a lock's node URLs are read.
     ///
     /// `timeout` bounds each attempt to (re)connect, and is taken as the time one request
     /// may take. Fails only when the URL is malformed. Must be called inside a tokio
     /// runtime, which the connection's background tasks run on.
+    ///
+    /// Unlike the nodes of [`Redlock::connect`](crate::Redlock::connect), a node made here
+    /// is not checked before its first request (which server answers, and may it vote).
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LockError> {
+        let timeouts = NodeTimeouts {
+            connect: timeout,
+            request: timeout,
+        };
+        if let Some(seeds) = super::cluster_seeds(url) {
+            let node = Self::open_cluster(
+                seeds?,
+                redact_url(url),
+                timeouts,
+                Arc::default(),
+                Arc::default(),
+            )?;
+            return Ok(node);
+        }
+        if let Some(sentinel) = super::sentinel_client(url) {
+            return Ok(Self::open_sentinel(
+                sentinel?,
+                redact_url(url),
+                timeouts,
+                Arc::default(),
+                Arc::default(),
+            ));
+        }
         let client = redis::Client::open(url).map_err(|err| LockError::InvalidNode {
             node: redact_url(url),
             reason: err.to_string(),
