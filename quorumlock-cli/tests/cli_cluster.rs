@@ -9,28 +9,35 @@ use std::time::Duration;
 use cli_support::{bare, code, output, stderr, stdout};
 use quorumlock::{LockConfig, RedisLock};
 use quorumlock_testkit::{SentinelDeployment, ShardedCluster};
+use tokio::process::Command;
 
-#[tokio::test]
-async fn status_names_the_master_of_the_locks_slot_and_run_takes_the_lock() {
+/// A three-master cluster, a `quorumlock` command with it as the one node, and a
+/// `RedisLock` on it.
+async fn cluster_member() -> (ShardedCluster, impl Fn() -> Command, RedisLock) {
     let cluster = ShardedCluster::start(3, 0)
         .await
         .expect("start a local Redis Cluster (redis-server 7)");
     // In `--nodes` commas separate members: a member's seeds are separated by semicolons.
     let member = cluster.url().replace(',', ";");
-    let quorumlock = || {
+    let quorumlock = move || {
         let mut command = bare();
         command.env("QUORUMLOCK_NODES", &member);
         command
     };
-
-    let run = output(quorumlock().args(["run", "-r", "nightly", "--", "true"])).await;
-    assert_eq!(code(&run), 0, "{}", stderr(&run));
-
     let config = LockConfig::builder()
         .node_timeout(Duration::from_millis(500))
         .build()
         .unwrap();
     let lock = RedisLock::connect(&cluster.url(), config).await.unwrap();
+    (cluster, quorumlock, lock)
+}
+
+#[tokio::test]
+async fn status_names_the_master_of_the_locks_slot_and_run_takes_the_lock() {
+    let (cluster, quorumlock, lock) = cluster_member().await;
+    let run = output(quorumlock().args(["run", "-r", "nightly", "--", "true"])).await;
+    assert_eq!(code(&run), 0, "{}", stderr(&run));
+
     let guard = lock.try_acquire("nightly").await.unwrap();
     let owner = cluster.owner_of("{nightly}").await.unwrap();
     let slot = cluster.slot_of("{nightly}").await.unwrap();
@@ -55,20 +62,7 @@ async fn status_names_the_master_of_the_locks_slot_and_run_takes_the_lock() {
 
 #[tokio::test]
 async fn release_deletes_a_lock_on_a_cluster_member_by_its_token() {
-    let cluster = ShardedCluster::start(3, 0)
-        .await
-        .expect("start a local Redis Cluster (redis-server 7)");
-    let member = cluster.url().replace(',', ";");
-    let quorumlock = || {
-        let mut command = bare();
-        command.env("QUORUMLOCK_NODES", &member);
-        command
-    };
-    let config = LockConfig::builder()
-        .node_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let lock = RedisLock::connect(&cluster.url(), config).await.unwrap();
+    let (cluster, quorumlock, lock) = cluster_member().await;
     let guard = lock.try_acquire("nightly").await.unwrap();
     let token = guard.token().as_str().to_owned();
     let owner = cluster.owner_of("{nightly}").await.unwrap();
