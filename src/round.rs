@@ -15,9 +15,8 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
-
 use std::task::Poll;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -122,8 +121,6 @@ impl<T: Send + 'static> Round<T> {
                 started.checked_add(timeout).unwrap_or_else(far_future),
             ))
         });
-        // Every pending request is polled on each wake: a spurious poll is harmless and,
-        // for the handful of nodes a round has, cheaper than a waker per request.
         // Cancel safety: an answer is taken from its request only when it is returned.
         futures::future::poll_fn(|cx| {
             if let Poll::Ready((position, reply)) = poll_first(requests, cx) {

@@ -78,8 +78,8 @@ async fn keep(
     let mut requests = Kept::default();
     let drop_one = || Counters::bump(&counters.unawaited_dropped);
     loop {
+        // Unbiased: under a burst, neither new requests nor answers wait on the other.
         tokio::select! {
-            biased;
             request = handed.recv() => match request {
                 Some((handed_at, request)) => {
                     if requests.len() >= bounds.most {
