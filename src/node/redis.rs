@@ -119,30 +119,49 @@ impl RedisNode {
             connect: timeout,
             request: timeout,
         };
-        if let Some(seeds) = super::cluster_seeds(url) {
-            let node = Self::open_cluster(
-                seeds?,
-                redact_url(url),
-                timeouts,
-                Arc::default(),
-                Arc::default(),
-            )?;
-            return Ok(node);
+        let read = super::clients_for_urls(
+            [url],
+            #[cfg(feature = "tls")]
+            None,
+        )?;
+        let Some((name, target)) = read.into_iter().next() else {
+            return Err(LockError::InvalidNode {
+                node: redact_url(url),
+                reason: "no node in the URL".to_owned(),
+            });
+        };
+        match target {
+            // Named after the client's address, as `from_client` names its nodes.
+            Target::Server(client) => Ok(Self::from_client(client, timeout)),
+            target => {
+                Self::open_target(target, name, timeouts, Arc::default(), Arc::default(), true)
+            }
         }
-        if let Some(sentinel) = super::sentinel_client(url) {
-            return Ok(Self::open_sentinel(
-                sentinel?,
-                redact_url(url),
-                timeouts,
-                Arc::default(),
-                Arc::default(),
-            ));
+    }
+
+    /// A node on `target` (see [`open`](Self::open) for the other arguments), which
+    /// announces its releases when `announce` says so and the kind of node can.
+    fn open_target(
+        target: Target,
+        name: String,
+        timeouts: NodeTimeouts,
+        admission: Arc<Admission>,
+        counters: Arc<Counters>,
+        announce: bool,
+    ) -> Result<Self, LockError> {
+        match target {
+            Target::Server(client) => {
+                Ok(Self::open(client, name, timeouts, admission, counters)
+                    .announce_releases(announce))
+            }
+            Target::Sentinel(sentinel) => Ok(Self::open_sentinel(
+                sentinel, name, timeouts, admission, counters,
+            )),
+            Target::Cluster(seeds) => {
+                Self::open_cluster(seeds, name, timeouts, admission, counters)
+                    .map(|node| node.announce_releases(announce))
+            }
         }
-        let client = redis::Client::open(url).map_err(|err| LockError::InvalidNode {
-            node: redact_url(url),
-            reason: err.to_string(),
-        })?;
-        Ok(Self::from_client(client, timeout))
     }
 
     /// Prepares a node on a client made by the caller (its TLS settings, username,
@@ -448,21 +467,14 @@ pub(crate) async fn connect_checked(
     let nodes: Vec<RedisNode> = clients
         .into_iter()
         .map(|(name, target)| {
-            let admission = Arc::clone(&admission);
-            let counters = Arc::clone(counters);
-            match target {
-                Target::Server(client) => {
-                    Ok(RedisNode::open(client, name, timeouts, admission, counters)
-                        .announce_releases(config.notify_releases()))
-                }
-                Target::Sentinel(sentinel) => Ok(RedisNode::open_sentinel(
-                    sentinel, name, timeouts, admission, counters,
-                )),
-                Target::Cluster(seeds) => {
-                    RedisNode::open_cluster(seeds, name, timeouts, admission, counters)
-                        .map(|node| node.announce_releases(config.notify_releases()))
-                }
-            }
+            RedisNode::open_target(
+                target,
+                name,
+                timeouts,
+                Arc::clone(&admission),
+                Arc::clone(counters),
+                config.notify_releases(),
+            )
         })
         .map(|node: Result<RedisNode, LockError>| {
             node.map(|mut node| {
