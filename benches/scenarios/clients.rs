@@ -1,15 +1,15 @@
 //! The contenders: quorumlock's two lock kinds, rslock, and the hand-written floor, behind
 //! one enum so that every scenario runs the same loop for each of them.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use quorumlock::{LockConfig, LockGuard, RedisLock, Redlock};
 use rand::RngCore;
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 
 /// Who is being measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -190,9 +190,10 @@ return 0
 /// crate quorumlock uses. One multiplexed connection per node; `SET key token NX PX ttl`
 /// sent to every node at once, returning as soon as a quorum granted it (or could no longer
 /// grant it); release by the compare-and-delete script (`EVALSHA`) sent to every node at
-/// once, returning at a quorum of replies (see [`next_reply`]). No timeouts, no validity bookkeeping, no
-/// metrics, no pub/sub, no cleanup of stragglers (their replies are dropped). With one URL
-/// it is the single-node floor: `SET NX PX` + compare-and-delete on one connection.
+/// once, returning at a quorum of replies (see [`next_reply`]). No timeouts, no validity
+/// bookkeeping, no metrics, no pub/sub, no cleanup of stragglers (their replies are
+/// dropped). With one URL it is the single-node floor: `SET NX PX` + compare-and-delete on
+/// one connection.
 pub struct Floor {
     nodes: Vec<MultiplexedConnection>,
     quorum: usize,
