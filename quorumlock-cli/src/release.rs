@@ -11,9 +11,7 @@ use serde_json::{json, Value};
 use crate::args::{GlobalArgs, ReleaseArgs};
 use crate::duration::format_duration;
 use crate::exit::{CliError, Kind};
-use crate::nodes::{
-    is_cluster, is_sentinel, lock_key, node_urls, operator_timeout, quorum, tls_options,
-};
+use crate::nodes::{lock_key, node_urls, operator_timeout, quorum, tls_options};
 use crate::output::Output;
 
 /// What one node did with the delete.
@@ -123,9 +121,9 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
     }
 }
 
-/// A node for each of `urls`, in their order: a server with the TLS options of `global`,
-/// a Redis Cluster member or a Sentinel-managed master as the lock reads them (see
-/// [`RedisNode::connect`]). A malformed URL is an error before anything is deleted.
+/// A node for each of `urls`, in their order, read as `run` reads them (see
+/// [`RedisNode::connect_tls`]): servers, Redis Cluster members and Sentinel-managed masters.
+/// A malformed URL, or TLS options it would ignore, is an error before anything is deleted.
 async fn nodes_for(
     global: &GlobalArgs,
     urls: &[String],
@@ -136,13 +134,10 @@ async fn nodes_for(
     let tls = tls_options(global)?;
     let mut nodes: Vec<Arc<dyn LockNode>> = Vec::with_capacity(urls.len());
     for url in urls {
-        let node = if is_cluster(url) || is_sentinel(url) {
-            RedisNode::connect(url, budget).await
-        } else {
-            tls.client(url)
-                .map(|client| RedisNode::from_client(client, budget))
-        };
-        nodes.push(Arc::new(node.map_err(|error| CliError::from_lock(&error))?));
+        let node = RedisNode::connect_tls(url, &tls, budget)
+            .await
+            .map_err(|error| CliError::from_lock(&error))?;
+        nodes.push(Arc::new(node));
     }
     Ok(nodes)
 }

@@ -67,6 +67,26 @@ async fn release_deletes_a_lock_on_a_cluster_member_by_its_token() {
     let token = guard.token().as_str().to_owned();
     let owner = cluster.owner_of("{nightly}").await.unwrap();
 
+    // TLS options a cluster member would ignore are refused, as `run` refuses them.
+    let ignored =
+        output(quorumlock().args(["release", "nightly", "--token", &token, "--tls-insecure"]))
+            .await;
+    assert_ne!(code(&ignored), 0, "{}", stdout(&ignored));
+    assert!(
+        stderr(&ignored).contains("TLS options are not applied to cluster members"),
+        "{}",
+        stderr(&ignored)
+    );
+    assert_eq!(
+        cluster
+            .node(owner)
+            .get("{nightly}")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(token.as_str())
+    );
+
     // A wrong token touches nothing; the holder's deletes the key on the slot's master.
     let wrong = output(quorumlock().args(["release", "nightly", "--token", "not-the-token"])).await;
     assert_eq!(code(&wrong), 1, "{}", stderr(&wrong));

@@ -115,16 +115,33 @@ impl RedisNode {
     /// Unlike the nodes of [`Redlock::connect`](crate::Redlock::connect), a node made here
     /// is not checked before its first request (which server answers, and may it vote).
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LockError> {
-        let timeouts = NodeTimeouts {
-            connect: timeout,
-            request: timeout,
-        };
         let read = super::clients_for_urls(
             [url],
             #[cfg(feature = "tls")]
             None,
-        )?;
-        let Some((name, target)) = read.into_iter().next() else {
+        );
+        Self::from_read(url, read, timeout)
+    }
+
+    /// [`connect`](Self::connect) with `tls` for a `rediss://` URL, as
+    /// [`RedisLock::connect_tls`](crate::RedisLock::connect_tls) reads its URL: options
+    /// that would be ignored (on a `redis://` URL, or a cluster member's) are an error.
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(
+        url: &str,
+        tls: &crate::tls::TlsOptions,
+        timeout: Duration,
+    ) -> Result<Self, LockError> {
+        Self::from_read(url, super::clients_for_urls([url], Some(tls)), timeout)
+    }
+
+    /// The node for `url`, read into `read`.
+    fn from_read(
+        url: &str,
+        read: Result<Vec<(String, Target)>, LockError>,
+        timeout: Duration,
+    ) -> Result<Self, LockError> {
+        let Some((name, target)) = read?.into_iter().next() else {
             return Err(LockError::InvalidNode {
                 node: redact_url(url),
                 reason: "no node in the URL".to_owned(),
@@ -134,6 +151,10 @@ impl RedisNode {
             // Named after the client's address, as `from_client` names its nodes.
             Target::Server(client) => Ok(Self::from_client(client, timeout)),
             target => {
+                let timeouts = NodeTimeouts {
+                    connect: timeout,
+                    request: timeout,
+                };
                 Self::open_target(target, name, timeouts, Arc::default(), Arc::default(), true)
             }
         }
