@@ -66,6 +66,7 @@ async fn release_deletes_a_lock_on_a_cluster_member_by_its_token() {
     let guard = lock.try_acquire("nightly").await.unwrap();
     let token = guard.token().as_str().to_owned();
     let owner = cluster.owner_of("{nightly}").await.unwrap();
+    let value_on_owner = || async { cluster.node(owner).get("{nightly}").await.unwrap() };
 
     // TLS options a cluster member would ignore are refused, as `run` refuses them.
     let ignored =
@@ -77,31 +78,15 @@ async fn release_deletes_a_lock_on_a_cluster_member_by_its_token() {
         "{}",
         stderr(&ignored)
     );
-    assert_eq!(
-        cluster
-            .node(owner)
-            .get("{nightly}")
-            .await
-            .unwrap()
-            .as_deref(),
-        Some(token.as_str())
-    );
+    assert_eq!(value_on_owner().await, Some(token.clone()));
 
     // A wrong token touches nothing; the holder's deletes the key on the slot's master.
     let wrong = output(quorumlock().args(["release", "nightly", "--token", "not-the-token"])).await;
     assert_eq!(code(&wrong), 1, "{}", stderr(&wrong));
-    assert_eq!(
-        cluster
-            .node(owner)
-            .get("{nightly}")
-            .await
-            .unwrap()
-            .as_deref(),
-        Some(token.as_str())
-    );
+    assert_eq!(value_on_owner().await, Some(token.clone()));
     let released = output(quorumlock().args(["release", "nightly", "--token", &token])).await;
     assert_eq!(code(&released), 0, "{}", stderr(&released));
-    assert_eq!(cluster.node(owner).get("{nightly}").await.unwrap(), None);
+    assert_eq!(value_on_owner().await, None);
     let again = lock.try_acquire("nightly").await.expect("free again");
     again.release().await.unwrap();
     drop(guard);
