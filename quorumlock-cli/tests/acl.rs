@@ -4,7 +4,7 @@
 //! repository root does the same for the library's operations.
 
 // The user and its grant are the library test's own, so the two cannot drift apart.
-#[path = "../../tests/acl_user/mod.rs"]
+#[path = "../../tests/servers/acl_user.rs"]
 mod acl_user;
 mod cli_support;
 

@@ -1,0 +1,37 @@
+//! The tests on real redis-server processes, one module per subject: the wire, the scripts
+//! on Redis, connections, identity, TLS, ACL users, Cluster and Sentinel members, server
+//! compatibility, faults (chaos, oversell) and what only a real server shows. The testkit
+//! starts every node on a free loopback port and stops it when the test ends.
+//!
+//! One binary for all of them, so that the shared support ([`common`]) and the
+//! dependencies are compiled and linked once.
+
+mod common;
+
+mod acl;
+mod acl_user;
+mod chaos;
+mod cohort;
+mod compat;
+mod delivery;
+mod election;
+mod extension;
+mod factory;
+mod fairness;
+mod fencing;
+mod frozen_node;
+mod handoff;
+mod healing;
+mod identity;
+mod multi;
+mod observability;
+mod oversell;
+mod redis_cluster;
+mod redlock;
+mod rwlock;
+mod script_host;
+mod semaphore;
+mod sentinel;
+mod settings;
+mod single_node;
+mod tls;

@@ -1,0 +1,117 @@
+//! A `RedisLock` over a Sentinel-managed master, on a real local deployment
+//! ([`SentinelDeployment`]: a master, a replica, one sentinel): it finds the master, follows
+//! a failover under a held lock, and a Sentinel URL is refused as a `Redlock` member unless
+//! the user opts in.
+
+
+use std::time::Duration;
+
+use crate::common::{eventually, TTL};
+use quorumlock::{LockConfig, LockError, RedisLock, Redlock, ReplicaAcks};
+use quorumlock_testkit::{RedisCluster, SentinelDeployment};
+
+fn sentinel_config() -> LockConfig {
+    LockConfig::builder()
+        .ttl(TTL)
+        // Room for a replica starved of CPU on a loaded machine.
+        .node_timeout(Duration::from_secs(1))
+        .retry_count(0)
+        .replica_acks(ReplicaAcks::new(1, Duration::from_millis(800)))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_redis_lock_over_sentinel_follows_a_failover_under_a_held_lock() {
+    let mut deployment = SentinelDeployment::start(1)
+        .await
+        .expect("start a master, a replica and a sentinel (redis-server 7)");
+    let lock = RedisLock::connect(&deployment.url(), sentinel_config())
+        .await
+        .unwrap();
+    assert_eq!(deployment.master().await.unwrap(), 0);
+
+    // The master takes the lock; the replica acknowledged it before it counted.
+    let mut guard = lock.try_acquire("report:daily").await.unwrap();
+    let token = Some(guard.token().as_str().to_owned());
+    assert_eq!(
+        deployment.server(0).get("report:daily").await.unwrap(),
+        token
+    );
+    assert!(matches!(
+        lock.try_acquire("report:daily").await.unwrap_err(),
+        LockError::Held { .. }
+    ));
+    guard.refresh().await.unwrap();
+
+    // The master dies; the sentinel promotes the replica, and the node follows it.
+    deployment.server_mut(0).kill().await.unwrap();
+    let promoted = deployment.wait_for_failover(0).await.unwrap();
+    assert_eq!(promoted, 1);
+    eventually(
+        "the lock is still held, on the promoted master",
+        Duration::from_secs(10),
+        || async { guard.is_acquired().await.unwrap_or(false) },
+    )
+    .await;
+    assert_eq!(
+        deployment.server(1).get("report:daily").await.unwrap(),
+        token
+    );
+    assert!(matches!(
+        lock.try_acquire("report:daily").await.unwrap_err(),
+        LockError::Held { .. }
+    ));
+    guard.release().await.unwrap();
+    assert_eq!(
+        deployment.server(1).get("report:daily").await.unwrap(),
+        None
+    );
+
+    // The promoted master has no replica left: a grant cannot be acknowledged, and fails.
+    let err = lock.try_acquire("report:daily").await.unwrap_err();
+    assert!(matches!(err, LockError::NoQuorum { .. }), "{err:?}");
+    let relaxed = RedisLock::connect(
+        &deployment.url(),
+        sentinel_config()
+            .to_builder()
+            .replica_acks(None)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    relaxed
+        .try_acquire("report:daily")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_sentinel_url_is_refused_as_a_redlock_member_unless_opted_in() {
+    let deployment = SentinelDeployment::start(0).await.unwrap();
+    let others = RedisCluster::start(2).await.unwrap();
+    let mut urls = others.urls();
+    urls.push(deployment.url());
+    let plain = sentinel_config()
+        .to_builder()
+        .replica_acks(None)
+        .build()
+        .unwrap();
+    let err = Redlock::connect(&urls, plain.clone()).await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::InvalidNode { reason, .. } if reason.contains("sentinel_members")),
+        "{err:?}"
+    );
+    let opted_in = plain.to_builder().sentinel_members(true).build().unwrap();
+    let lock = Redlock::connect(&urls, opted_in).await.unwrap();
+    lock.try_acquire("job")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
