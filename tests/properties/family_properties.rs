@@ -10,11 +10,10 @@
 //! Each checker is shown able to fail: with node clocks jumping past the drift allowance,
 //! or nodes restarted without their data inside the TTL, a search finds the violation.
 
-
-use crate::{harness, schedule, family, checks};
 use crate::family::{run_family, Primitive};
 use crate::harness::search_shrinking;
 use crate::schedule::{schedules, Kind, Profile};
+use crate::{checks, family, harness, schedule};
 
 /// The family's schedules cost many times the mutex's (each session takes several rounds
 /// of the real Lua: a semaphore's pass over its slots, a campaign's record), so each
@@ -128,9 +127,9 @@ fn rwlock_readers_overlap() {
 /// Each checker fails when the model's assumptions break: forward clock jumps beyond the
 /// drift, or restarts without data inside the TTL. The searches of the read-write lock and
 /// the election take minutes (their violations need a writer, or a second campaign, at
-/// the wrong moment, among many schedules that the real Lua makes slow), so they run only
-/// when asked for (`-- --ignored`); the semaphore's run every time, on up to
-/// [`SEMAPHORE_SEARCH`] schedules.
+/// the wrong moment, among many schedules that the real Lua makes slow); the semaphore's
+/// take seconds, on up to [`SEMAPHORE_SEARCH`] schedules. All of them run only when asked
+/// for (`-- --ignored`), which `.ci/run` does on every landing.
 fn broken(kind: Kind, cases: u32, check: impl Fn(&schedule::Schedule) -> checks::Verdict) {
     // A few shrinking steps only: the family's schedules are too costly to shrink to the
     // minimal one, and any failing schedule shows that the checker can fail.
@@ -148,7 +147,12 @@ fn broken(kind: Kind, cases: u32, check: impl Fn(&schedule::Schedule) -> checks:
 /// that, the family's usual count, found none once the schedules gained cold connections).
 const SEMAPHORE_SEARCH: u32 = 4_000;
 
+/// How many schedules the read-write lock's and the election's searches may try: twice
+/// the family's share of the deep budget, as before the quick budget existed.
+const FAMILY_SEARCH: u32 = harness::DEEP_CASES / 40 * 2;
+
 #[test]
+#[ignore = "a negative search (the checker shown able to fail): .ci/run runs it, `cargo test --test properties -- --ignored`"]
 fn semaphore_checker_fails_with_clock_jumps() {
     broken(Kind::ClockJumps, SEMAPHORE_SEARCH, |schedule| {
         family::at_most_k(&run_family(schedule, Primitive::Semaphore(2)), 2)
@@ -156,6 +160,7 @@ fn semaphore_checker_fails_with_clock_jumps() {
 }
 
 #[test]
+#[ignore = "a negative search (the checker shown able to fail): .ci/run runs it, `cargo test --test properties -- --ignored`"]
 fn semaphore_checker_fails_with_restarts_without_data() {
     broken(Kind::Amnesia, SEMAPHORE_SEARCH, |schedule| {
         family::at_most_k(&run_family(schedule, Primitive::Semaphore(2)), 2)
@@ -163,33 +168,33 @@ fn semaphore_checker_fails_with_restarts_without_data() {
 }
 
 #[test]
-#[ignore = "minutes of simulation: run with `cargo test --test properties_family -- --ignored`"]
+#[ignore = "a negative search (the checker shown able to fail): .ci/run runs it, `cargo test --test properties -- --ignored`"]
 fn rwlock_checker_fails_with_clock_jumps() {
-    broken(Kind::ClockJumps, family_cases() * 2, |schedule| {
+    broken(Kind::ClockJumps, FAMILY_SEARCH, |schedule| {
         family::writers_exclude_everyone(&run_family(schedule, Primitive::RwLock))
     });
 }
 
 #[test]
-#[ignore = "minutes of simulation: run with `cargo test --test properties_family -- --ignored`"]
+#[ignore = "a negative search (the checker shown able to fail): .ci/run runs it, `cargo test --test properties -- --ignored`"]
 fn rwlock_checker_fails_with_restarts_without_data() {
-    broken(Kind::Amnesia, family_cases() * 2, |schedule| {
+    broken(Kind::Amnesia, FAMILY_SEARCH, |schedule| {
         family::writers_exclude_everyone(&run_family(schedule, Primitive::RwLock))
     });
 }
 
 #[test]
-#[ignore = "minutes of simulation: run with `cargo test --test properties_family -- --ignored`"]
+#[ignore = "a negative search (the checker shown able to fail): .ci/run runs it, `cargo test --test properties -- --ignored`"]
 fn election_checker_fails_with_restarts_without_data() {
-    broken(Kind::Amnesia, family_cases() * 2, |schedule| {
+    broken(Kind::Amnesia, FAMILY_SEARCH, |schedule| {
         family::one_leader_increasing_terms(&run_family(schedule, Primitive::Election))
     });
 }
 
 #[test]
-#[ignore = "minutes of simulation: run with `cargo test --test properties_family -- --ignored`"]
+#[ignore = "a negative search (the checker shown able to fail): .ci/run runs it, `cargo test --test properties -- --ignored`"]
 fn election_checker_fails_with_clock_jumps() {
-    broken(Kind::ClockJumps, family_cases() * 2, |schedule| {
+    broken(Kind::ClockJumps, FAMILY_SEARCH, |schedule| {
         family::one_leader_increasing_terms(&run_family(schedule, Primitive::Election))
     });
 }

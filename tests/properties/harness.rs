@@ -11,18 +11,32 @@ use proptest::test_runner::{
 
 /// The environment variable that sets the number of cases per property.
 pub const CASES_VAR: &str = "QUORUMLOCK_PROPTEST_CASES";
-/// The number of cases per property when [`CASES_VAR`] is not set.
-pub const DEFAULT_CASES: u32 = 1_000;
-/// Proptest's own variable for the random seed of a run.
+/// The number of cases per property when [`CASES_VAR`] is not set: the quick budget of a
+/// plain `cargo test`, a few seconds for the whole file. `.ci/run` runs the deep budget,
+/// [`DEEP_CASES`], as a step of its own.
+pub const QUICK_CASES: u32 = 64;
+/// The deep budget `.ci/run` sets: the number of cases every property ran before the quick
+/// budget existed.
+pub const DEEP_CASES: u32 = 1_000;
+/// How many schedules a negative search (a checker shown able to fail) may try. A search
+/// uses a fixed seed and stops at its first find, so its cost does not depend on the
+/// budget: this bound only has to cover where the find is.
+pub const SEARCH_CASES: u32 = 1_000;
+/// Proptest's own variable for the seed of a run.
 pub const SEED_VAR: &str = "PROPTEST_RNG_SEED";
+/// The seed of a run when [`SEED_VAR`] is not set: every plain `cargo test` checks the same
+/// schedules, so that a failure replays and a pass means the same every time. `.ci/run`'s
+/// deep step derives its seed from the commit, so that each landing explores new schedules
+/// while any run of one commit replays exactly.
+pub const DEFAULT_SEED: u64 = 20_261_202;
 
-/// The number of cases per property: `$QUORUMLOCK_PROPTEST_CASES`, else 1,000.
+/// The number of cases per property: `$QUORUMLOCK_PROPTEST_CASES`, else [`QUICK_CASES`].
 pub fn cases() -> u32 {
     match std::env::var(CASES_VAR) {
         Ok(value) => value.trim().parse().unwrap_or_else(|_| {
             panic!("{CASES_VAR} must be a positive whole number, got {value:?}")
         }),
-        Err(_) => DEFAULT_CASES,
+        Err(_) => QUICK_CASES,
     }
 }
 
@@ -34,14 +48,14 @@ fn shrink_iters() -> u32 {
         .unwrap_or(20_000)
 }
 
-/// The seed of this run: `$PROPTEST_RNG_SEED`, else a fresh random one.
+/// The seed of this run: `$PROPTEST_RNG_SEED`, else [`DEFAULT_SEED`].
 fn seed() -> u64 {
     match std::env::var(SEED_VAR) {
         Ok(value) => value
             .trim()
             .parse()
             .unwrap_or_else(|_| panic!("{SEED_VAR} must be a u64, got {value:?}")),
-        Err(_) => rand::random(),
+        Err(_) => DEFAULT_SEED,
     }
 }
 

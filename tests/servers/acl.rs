@@ -3,7 +3,6 @@
 //! servers log no denial at all (`ACL LOG`). quorumlock-cli/tests/acl.rs does the same
 //! for the CLI's commands.
 
-
 use std::time::Duration;
 
 use crate::acl_user::{acl_cluster, admin, denials, user_urls, PREFIX};

@@ -2,7 +2,6 @@
 //! users") lists, on nodes of its own, and the denials the servers logged: shared by the
 //! library's ACL test (tests/acl.rs) and the CLI's (quorumlock-cli/tests/acl.rs).
 
-
 use quorumlock::redis;
 use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster, RedisProcess};
 

@@ -6,7 +6,6 @@
 //!
 //! See `docs/chaos.md` for the list and what each test shows.
 
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

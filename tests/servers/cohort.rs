@@ -2,7 +2,6 @@
 //! waits for it, without a round trip, within its bounds; then it goes back to the nodes,
 //! where a waiter of another process gets its turn.
 
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

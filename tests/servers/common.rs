@@ -1,6 +1,5 @@
 //! Shared set-up for the integration tests: real redis-server nodes from the testkit.
 
-
 use std::future::Future;
 use std::ops::Range;
 use std::time::{Duration, Instant};

@@ -7,7 +7,6 @@
 //! Each test says what it covers: acquire, contention, the fair hand-off, refresh, release,
 //! fencing on append-only nodes, several resources at once, and a frozen node.
 
-
 use std::time::Duration;
 
 use crate::common::{cluster, config, redlock, retrying, TTL};

@@ -2,11 +2,12 @@
 //! behind: every unlock reaches every node it was meant for, whether or not a round still
 //! waits for it, and an undo never overtakes the request it undoes. Real redis-server nodes.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{cluster, config, eventually, node_command, proxied, redlock, redlock_via, TTL};
+use crate::common::{
+    cluster, config, eventually, node_command, proxied, redlock, redlock_via, TTL,
+};
 use quorumlock::node::{LockNode, RedisNode};
 use quorumlock::{LockGuard, Redlock};
 use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster, ResetWhen};

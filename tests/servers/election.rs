@@ -2,7 +2,6 @@
 //! increasing tokens, observers that follow the terms, two of five nodes down, a frozen
 //! node, a leader dropped, and a leader cut off past its TTL by a frozen majority.
 
-
 use std::time::Duration;
 
 use crate::common::{cluster, config, redlock, TTL};

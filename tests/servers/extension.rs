@@ -1,7 +1,6 @@
 //! Keeping locks alive while work runs: the watchdog, the lost-lock signal, the scoped
 //! `with` API, acquire deadlines and the metrics, on real redis-server nodes.
 
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

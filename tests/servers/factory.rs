@@ -1,6 +1,5 @@
 //! The lock factory: locks by name sharing one set of connections, per-lock TTL overrides.
 
-
 use std::time::Duration;
 
 use crate::common::{cluster, config, redlock, TTL};

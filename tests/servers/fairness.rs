@@ -5,7 +5,6 @@
 //! Each `Redlock` below is made by its own `redlock(&cluster, ..)`, with its own
 //! connections and client id, as in separate processes.
 
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

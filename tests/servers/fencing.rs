@@ -2,7 +2,6 @@
 //! increasing across holders even while minority nodes die and come back, and used by a
 //! protected resource to reject a stale holder's write, including in a read-modify-write.
 
-
 use std::time::Duration;
 
 use crate::common::{cluster, config, raw_connection, redlock, TTL};

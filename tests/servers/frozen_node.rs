@@ -2,7 +2,6 @@
 //! stale requests when it thaws. Real redis-server nodes; a counting allocator measures the
 //! live heap of this test process.
 
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! Fast hand-off: waiters are woken by the release announcement instead of sleeping out
 //! their retry delay; with announcements off, the delay still gets them the lock.
 
-
 use std::time::Duration;
 
 use crate::common::{cluster, redlock, retrying, TTL};

@@ -3,7 +3,6 @@
 //! heals, instead of once the kernel gives up on the connection minutes later. Real
 //! redis-server nodes behind the testkit's fault proxy.
 
-
 use std::time::Duration;
 
 use crate::common::{config, eventually, proxied, redlock_via, TTL};

@@ -2,7 +2,6 @@
 //! servers that cannot be lock nodes are refused with a message that says what they are.
 //! Real redis-server processes throughout.
 
-
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

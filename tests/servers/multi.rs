@@ -1,7 +1,6 @@
 //! Locks over several resources: on each node all keys or none, the quorum rule over
 //! nodes, one guard for all.
 
-
 use std::time::Duration;
 
 use crate::common::{

@@ -4,7 +4,6 @@
 //! spans per acquire, refresh and release. With the `metrics` feature, the documented
 //! metric names are recorded.
 
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -15,7 +15,6 @@
 //! `QUORUMLOCK_SOAK_SECS` seconds with a random fault schedule from a printed seed
 //! (`QUORUMLOCK_SOAK_SEED` replays it). See `docs/chaos.md`.
 
-
 use std::time::Duration;
 
 use crate::common::{no_lock_key_outlives_ttl, proxied_with, LOCK_KEYS, LOCK_PREFIX};

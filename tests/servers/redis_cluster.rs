@@ -7,7 +7,6 @@
 //! scenarios on them in turn, which keeps the processes started per scenario, and so CI
 //! time, low.
 
-
 use std::time::Duration;
 
 use crate::common::{command_calls, eventually, TTL};

@@ -1,7 +1,6 @@
 //! The quorum lock on real redis-server nodes: exclusion, ownership, expiry, refresh,
 //! auto-release, node failures and rollback of partial acquisitions.
 
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

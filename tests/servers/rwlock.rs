@@ -2,7 +2,6 @@
 //! everyone, a waiting writer keeps new readers out; with two of five nodes down, a
 //! frozen node, a dropped holder and a holder paused past its TTL.
 
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

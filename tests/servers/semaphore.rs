@@ -1,7 +1,6 @@
 //! The semaphore on real redis-server nodes: K permits over five nodes, with two of them
 //! down, one frozen, a holder that drops its permit and one paused past its TTL.
 
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,6 @@
 //! a failover under a held lock, and a Sentinel URL is refused as a `Redlock` member unless
 //! the user opts in.
 
-
 use std::time::Duration;
 
 use crate::common::{eventually, TTL};

@@ -1,7 +1,6 @@
 //! The single-node lock on a real redis-server (the seed's RedisLockAdapterTest):
 //! `SET NX PX` acquire, Lua compare-and-delete release, compare-and-pexpire refresh.
 
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

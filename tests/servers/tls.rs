@@ -3,7 +3,6 @@
 //! a client built by the caller, and a quorum of five TLS nodes with one frozen.
 //! quorumlock-cli/tests/tls.rs tests the CLI's TLS flags.
 
-
 use std::time::Duration;
 
 use quorumlock::{redis, DistributedLock, LockConfig, LockError, RedisLock, Redlock, TlsOptions};
