@@ -21,7 +21,7 @@ mod cluster;
 mod identity;
 pub(crate) mod link;
 mod redis;
-mod releases;
+pub(crate) mod releases;
 mod request;
 pub(crate) mod scripts;
 mod sentinel;

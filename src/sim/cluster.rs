@@ -50,6 +50,14 @@ impl SimCluster {
         SimCluster { nodes }
     }
 
+    /// Makes every node announce releases (`on`) or stop; see
+    /// [`SimNode::announce_releases`].
+    pub fn announce_releases(&self, on: bool) {
+        for node in &self.nodes {
+            node.announce_releases(on);
+        }
+    }
+
     /// How many nodes there are.
     pub fn len(&self) -> usize {
         self.nodes.len()

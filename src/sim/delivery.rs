@@ -18,6 +18,7 @@ use super::node::{stored, SimNode};
 use super::server::{ScriptHost, ServerReply};
 use crate::error::NodeError;
 use crate::node::link::is_unreachable;
+use crate::node::releases::{RELEASE_CHANNEL_PREFIX, WAITER_CHANNEL_PREFIX};
 use crate::node::scripts::{CachedScript, Resend};
 use crate::node::wire::{wire, Read, Wire};
 use crate::node::{NodeReply, NodeRequest};
@@ -53,7 +54,7 @@ impl SimNode {
     /// Carries out `request` as a Redis node does: the same command or script call, sent
     /// over this handle's connection, logged as one record.
     pub(super) async fn request(&self, request: NodeRequest<'_>) -> Result<NodeReply, NodeError> {
-        let announce = false;
+        let announce = self.lock().pubsub.announcing;
         let (command, script, resend, read) =
             match wire(request, &self.connection.scripts, announce)? {
                 Wire::Command { command, read } => (command, None, Resend::AfterReload, read),
@@ -63,10 +64,15 @@ impl SimNode {
                     resend,
                     read,
                 } => (command, Some(Arc::clone(script)), resend, read),
-                // Nobody subscribes to a simulated node's announcements.
-                Wire::WatchReleases(_) | Wire::WatchReservations(_) | Wire::Unsupported => {
-                    return Ok(NodeReply::Unsupported)
+                Wire::WatchReleases(key) => {
+                    let channel = format!("{RELEASE_CHANNEL_PREFIX}{key}");
+                    return Ok(NodeReply::Watch(self.lock().pubsub.watch(&channel)));
                 }
+                Wire::WatchReservations(client) => {
+                    let channel = format!("{WAITER_CHANNEL_PREFIX}{client}");
+                    return Ok(NodeReply::Watch(self.lock().pubsub.watch(&channel)));
+                }
+                Wire::Unsupported => return Ok(NodeReply::Unsupported),
             };
         let (op, keys, token, waiter) = describe(&request);
         let sending = Sending::Request {
@@ -301,8 +307,8 @@ impl SimNode {
             } => {
                 let (before, counters_before) = snapshot(&state.server, keys, *counters, node_time);
                 let reply = state.server.execute(node_time, args);
-                // Nobody subscribes to a simulated node.
-                drop(state.server.keyspace_mut().take_published());
+                let published = state.server.keyspace_mut().take_published();
+                state.pubsub.publish(at, published, state.reply_delay);
                 let (after, counters_after) = snapshot(&state.server, keys, *counters, node_time);
                 let value = reply.to_value();
                 let outcome = match &reply {

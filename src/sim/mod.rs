@@ -98,9 +98,11 @@
 //! order, made on first use and after each crash, optionally slowly), crashes and restarts
 //! with or without persistence, flushes and evictions, request and reply delays, lost
 //! requests, applied requests with lost replies, and connection resets of replies in
-//! flight across a crash. Not simulated: release announcements (nobody subscribes; waiters
-//! retry on their delay), memory limits, replication, and the client's own clock, which is
-//! tokio's clock for every lock in the runtime.
+//! flight across a crash, and release announcements once
+//! [`announce_releases`](SimNode::announce_releases) turns them on (the scripts' own
+//! messages, handed to the watches of their channels after the reply delay, and lost on
+//! demand). Not simulated: memory limits, replication, and the client's own clock, which
+//! is tokio's clock for every lock in the runtime.
 //!
 //! The crate's property tests (`tests/properties.rs`, described in
 //! `docs/testing-properties.md`) run the Redlock coordinator on these nodes over thousands
@@ -111,6 +113,7 @@ mod cluster;
 mod delivery;
 mod log;
 mod node;
+mod pubsub;
 mod server;
 
 pub use self::cluster::SimCluster;

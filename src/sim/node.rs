@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use super::clock::NodeClock;
 use super::log::{OpRecord, Stored};
-use super::server::{Data, NodeScript, ScriptHost};
+use super::pubsub::PubSub;
+use super::server::{Data, NodeScript, Published, ScriptHost};
 use crate::error::NodeError;
 use crate::node::scripts::NodeScripts;
 use crate::node::{LockNode, NodeHints, NodeReply, NodeRequest};
@@ -125,6 +126,8 @@ pub(super) struct State {
     pub(super) broken_reloads: bool,
     /// How many commands of requests the node ran.
     pub(super) applied: u64,
+    /// The watched channels and what the scripts published on them.
+    pub(super) pubsub: PubSub,
     pub(super) log: Vec<OpRecord>,
 }
 
@@ -174,6 +177,7 @@ impl SimNode {
                 apply_but_lose_reply: false,
                 broken_reloads: false,
                 applied: 0,
+                pubsub: PubSub::default(),
                 log: Vec::new(),
             })),
             connection: Connection::new(),
@@ -335,6 +339,29 @@ impl SimNode {
     /// While on, requests reaching the node are applied, but their replies never come.
     pub fn apply_but_lose_reply(&self, lose: bool) {
         self.lock().apply_but_lose_reply = lose;
+    }
+
+    // --- release announcements ---
+
+    /// Makes the node's scripts announce releases from now on (`on`), as a Redis node of a
+    /// lock with [`notify_releases`](crate::LockConfigBuilder::notify_releases) on does, or
+    /// stop (the default: waiters then fall back to their retry delay). The coordinator's
+    /// waiters watch the node's announcements only while they are on.
+    pub fn announce_releases(&self, on: bool) {
+        self.lock().pubsub.announcing = on;
+    }
+
+    /// While on, the messages the scripts publish reach no watch: a pub/sub connection
+    /// that lost them (waiters fall back to their retry delay). They are still recorded in
+    /// [`published`](Self::published).
+    pub fn lose_announcements(&self, lose: bool) {
+        self.lock().pubsub.losing = lose;
+    }
+
+    /// Every message the node's scripts published while announcing, with when, oldest
+    /// first: the release announcements a Redis node would have sent.
+    pub fn published(&self) -> Vec<(Instant, Published)> {
+        self.lock().pubsub.published()
     }
 
     // --- deliberate defects, to show that a check can fail ---

@@ -1,0 +1,69 @@
+//! What the simulated tests share: clusters of simulated nodes that announce releases, as
+//! Redis nodes do by default, and the configurations the tests use.
+
+use std::time::Duration;
+
+use quorumlock::sim::SimCluster;
+use quorumlock::{LockConfig, LockGuard, Redlock};
+
+/// A TTL that never runs out by accident: virtual time only moves when the test lets it.
+pub const TTL: Duration = Duration::from_secs(10);
+
+/// `n` simulated nodes that announce releases.
+pub fn cluster(n: usize) -> SimCluster {
+    let cluster = SimCluster::new(n);
+    cluster.announce_releases(true);
+    cluster
+}
+
+/// A config without retries, with `ttl`.
+pub fn config(ttl: Duration) -> LockConfig {
+    LockConfig::builder()
+        .ttl(ttl)
+        .retry_count(0)
+        .build()
+        .expect("valid test config")
+}
+
+/// A config with [`TTL`] whose blocking `acquire` retries `count` times, `delay` apart,
+/// give or take `jitter`.
+pub fn retrying(count: u32, delay: Duration, jitter: Duration) -> LockConfig {
+    LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(count)
+        .retry_delay(delay)
+        .retry_jitter(jitter)
+        .build()
+        .expect("valid retrying config")
+}
+
+/// A lock client of its own over `cluster` (its own connections and client id, as in a
+/// process of its own), its requests logged under `name`.
+pub fn client(cluster: &SimCluster, name: &str, config: LockConfig) -> Redlock {
+    cluster
+        .redlock_for(name, config)
+        .expect("a lock over the simulated nodes")
+}
+
+/// How many nodes of `cluster` hold `guard`'s token under every one of its keys.
+pub fn holding(cluster: &SimCluster, guard: &LockGuard) -> usize {
+    cluster
+        .nodes()
+        .iter()
+        .filter(|node| {
+            guard
+                .keys()
+                .all(|key| node.get(key).as_ref() == Some(guard.token()))
+        })
+        .count()
+}
+
+/// Every live key on every node, with the node's index.
+pub fn all_keys(cluster: &SimCluster) -> Vec<(usize, String)> {
+    cluster
+        .nodes()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, node)| node.keys().into_iter().map(move |key| (i, key)))
+        .collect()
+}
