@@ -127,4 +127,3 @@ async fn only_a_release_somebody_waits_for_is_announced() {
         .to_owned();
     assert_eq!(channel, "quorumlock:released:handoff");
 }
-

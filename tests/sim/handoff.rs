@@ -136,9 +136,14 @@ async fn only_a_release_somebody_waits_for_is_announced() {
         .collect();
     // The holder's release, and maybe the waiter's own (the mark that somebody waits
     // outlives the wait by up to its TTL).
-    assert!(!channels.is_empty(), "the awaited release was not announced");
     assert!(
-        channels.iter().all(|channel| channel == "quorumlock:released:handoff"),
+        !channels.is_empty(),
+        "the awaited release was not announced"
+    );
+    assert!(
+        channels
+            .iter()
+            .all(|channel| channel == "quorumlock:released:handoff"),
         "{channels:?}"
     );
 }

@@ -12,4 +12,8 @@
 
 mod support;
 
+mod extension;
+mod factory;
 mod handoff;
+mod multi;
+mod settings;

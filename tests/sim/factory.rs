@@ -2,14 +2,16 @@
 
 use std::time::Duration;
 
-use crate::common::{cluster, config, redlock, TTL};
+use quorumlock::sim::SimNode;
 use quorumlock::{ConfigError, LockConfig, LockError, LockFactory, RedisLock};
 
-#[tokio::test]
+use crate::support::{client, cluster, config, TTL};
+
+#[tokio::test(start_paused = true)]
 async fn creates_named_locks_with_the_default_or_an_overridden_ttl() {
-    let cluster = cluster(3).await;
+    let cluster = cluster(3);
     let base = config(TTL);
-    let factory = LockFactory::new(redlock(&cluster, base).await);
+    let factory = LockFactory::new(client(&cluster, "factory", base));
     assert_eq!(factory.config().ttl(), TTL);
 
     let orders = factory.create("order-processing").unwrap();
@@ -27,12 +29,10 @@ async fn creates_named_locks_with_the_default_or_an_overridden_ttl() {
 
     let order_guard = orders.acquire().await.unwrap();
     let report_guard = report.try_acquire().await.unwrap();
-    let order_pttl = cluster.node(0).pttl("order-processing").await.unwrap();
-    let report_pttl = cluster.node(0).pttl("daily-report").await.unwrap();
-    assert!(order_pttl <= 10_000 && order_pttl > 9_000, "{order_pttl}");
-    assert!(
-        report_pttl <= 60_000 && report_pttl > 59_000,
-        "{report_pttl}"
+    assert_eq!(cluster.node(0).ttl("order-processing"), Some(TTL));
+    assert_eq!(
+        cluster.node(0).ttl("daily-report"),
+        Some(Duration::from_secs(60))
     );
 
     // Both named locks share the lock's connections: the trait's guard operations work
@@ -45,12 +45,10 @@ async fn creates_named_locks_with_the_default_or_an_overridden_ttl() {
     report_guard.release().await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rejects_bad_names_and_bad_ttls_when_creating() {
-    let cluster = cluster(1).await;
-    let lock = RedisLock::connect(&cluster.urls()[0], LockConfig::default())
-        .await
-        .unwrap();
+    let node = SimNode::new("single");
+    let lock = RedisLock::from_node(node.to_lock_node(), LockConfig::default()).unwrap();
     let factory = LockFactory::new(lock);
     assert!(matches!(
         factory.create(""),
