@@ -11,8 +11,15 @@ use redis::aio::MultiplexedConnection;
 /// A TTL long enough to never expire by accident on a loaded 2-core machine.
 pub const TTL: Duration = Duration::from_secs(10);
 
-/// The per-node timeout of the tests: the library default.
-pub const NODE_TIMEOUT: Duration = LockConfig::DEFAULT_NODE_TIMEOUT;
+/// The per-node timeout of the tests: ten times the library's default, so that a scheduling
+/// stall on a loaded 2-core machine is not taken for a node failure. Tests of the timeout
+/// itself set their own.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How late a timed step may come on a loaded 2-core machine, on top of what it waits for:
+/// the margin of every wall-clock bound in these tests. A step that waits for a frozen node
+/// to thaw, or sleeps out a retry delay it should not, still misses the bound.
+pub const LOAD_MARGIN: Duration = Duration::from_secs(1);
 
 pub async fn cluster(nodes: usize) -> RedisCluster {
     RedisCluster::start(nodes)
@@ -35,6 +42,7 @@ pub fn config(ttl: Duration) -> LockConfig {
 pub fn retrying(count: u32, delay: Duration, jitter: Duration) -> LockConfig {
     LockConfig::builder()
         .ttl(TTL)
+        .node_timeout(NODE_TIMEOUT)
         .retry_count(count)
         .retry_delay(delay)
         .retry_jitter(jitter)
@@ -82,19 +90,23 @@ pub async fn redlock(cluster: &RedisCluster, config: LockConfig) -> Redlock {
     let lock = Redlock::connect(cluster.urls(), config)
         .await
         .expect("connect to the test nodes");
+    let started = Instant::now();
     let mut warm = false;
-    for _ in 0..50 {
-        if let Ok(guard) = lock.try_acquire("warm-up").await {
-            guard.release().await.expect("release the warm-up lock");
-            warm = cluster
-                .keys_on_running("warm-up")
-                .await
-                .expect("list keys")
-                .iter()
-                .all(Vec::is_empty);
-            if warm {
-                break;
-            }
+    for attempt in 0.. {
+        // A fresh name each time: a release that failed (a node slow to answer on a
+        // loaded machine) leaves its key to the TTL, and the next attempt must not wait.
+        if let Ok(guard) = lock.try_acquire(&format!("warm-up:{attempt}")).await {
+            let released = guard.release().await.is_ok();
+            warm = released
+                && cluster
+                    .keys_on_running(&format!("*warm-up:{attempt}"))
+                    .await
+                    .expect("list keys")
+                    .iter()
+                    .all(Vec::is_empty);
+        }
+        if warm || started.elapsed() > 10 * LOAD_MARGIN {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
