@@ -50,17 +50,6 @@ pub fn retrying(count: u32, delay: Duration, jitter: Duration) -> LockConfig {
         .expect("valid retrying config")
 }
 
-/// A config without retries that waits up to 2 s for each node, with a 30 s TTL: frozen
-/// nodes keep an acquisition round open rather than time out.
-pub fn slow_nodes_config() -> LockConfig {
-    LockConfig::builder()
-        .ttl(Duration::from_secs(30))
-        .node_timeout(Duration::from_secs(2))
-        .retry_count(0)
-        .build()
-        .expect("valid slow-nodes config")
-}
-
 /// Takes `resource` at once and releases it; panics if either fails.
 pub async fn acquire_and_release<L: DistributedLock>(lock: &L, resource: &str) {
     let guard = lock

@@ -16,4 +16,5 @@ mod extension;
 mod factory;
 mod handoff;
 mod multi;
+mod redlock;
 mod settings;
