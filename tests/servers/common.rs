@@ -85,10 +85,12 @@ pub async fn redlock(cluster: &RedisCluster, config: LockConfig) -> Redlock {
         // A fresh name each time: a release that failed (a node slow to answer on a
         // loaded machine) leaves its key to the TTL, and the next attempt must not wait.
         if let Ok(guard) = lock.try_acquire(&format!("warm-up:{attempt}")).await {
+            // The lock key only: a fencing counter beside it stays.
+            let key = guard.key().to_owned();
             let released = guard.release().await.is_ok();
             warm = released
                 && cluster
-                    .keys_on_running(&format!("*warm-up:{attempt}"))
+                    .keys_on_running(&key)
                     .await
                     .expect("list keys")
                     .iter()
