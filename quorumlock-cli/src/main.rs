@@ -22,6 +22,7 @@ mod bench;
 mod duration;
 mod exit;
 mod hold;
+mod lock;
 mod node_url;
 mod nodes;
 mod output;

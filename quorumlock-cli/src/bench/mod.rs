@@ -31,7 +31,8 @@ use tokio::time::Instant;
 
 use crate::args::{BenchArgs, GlobalArgs};
 use crate::exit::{CliError, Kind};
-use crate::nodes::{check_urls, node_urls, AnyLock};
+use crate::lock::AnyLock;
+use crate::nodes::{check_urls, node_urls};
 use crate::output::{Event, Output};
 
 use self::keys::Names;
@@ -628,7 +629,7 @@ async fn run_level(
     progress.set_position(0);
     progress.set_message(format!("{concurrency} task(s)"));
 
-    let before = metrics(&shared.lock);
+    let before = shared.lock.metrics();
     let start = Instant::now();
     let tasks = join_all((0..concurrency as usize).map(|index| {
         let shared = Arc::clone(shared);
@@ -662,7 +663,7 @@ async fn run_level(
         }
     };
     let elapsed = start.elapsed();
-    let after = metrics(&shared.lock);
+    let after = shared.lock.metrics();
     let _ = stop_probing.send(());
     let _ = probing.await;
 
@@ -696,14 +697,6 @@ async fn run_level(
         }
     }
     (level, interrupted)
-}
-
-/// The lock's counters.
-fn metrics(lock: &AnyLock) -> LockMetrics {
-    match lock {
-        AnyLock::Single(lock) => lock.metrics(),
-        AnyLock::Quorum(lock) => lock.metrics(),
-    }
 }
 
 /// One task: acquire + release cycles until the level ends.
