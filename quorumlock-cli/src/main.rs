@@ -30,7 +30,6 @@ mod release;
 mod run;
 mod signal;
 mod status;
-mod status_family;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
