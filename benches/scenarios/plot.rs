@@ -1,7 +1,7 @@
 //! The scenarios' latency-distribution plots (PNG), one per scenario, drawn by the
 //! testkit's `measure` (as `quorumlock bench --plot` draws its own). Without a font for
-//! their text (`$QUORUMLOCK_BENCH_FONT`, `$QUORUMLOCK_FONT` or a system one), plots are
-//! skipped with a warning.
+//! their text (`$QUORUMLOCK_FONT`, then `$QUORUMLOCK_BENCH_FONT`, then a system one),
+//! plots are skipped with a warning.
 
 use std::path::Path;
 
