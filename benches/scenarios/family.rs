@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use quorumlock::{LockConfig, LockGuard, Redlock, RwLock, Semaphore};
+use quorumlock_testkit::measure::{histogram, record, Histogram};
 
 use crate::options::Options;
-use crate::stats::{fmt_rate, fmt_us, histogram, median, record};
+use crate::stats::{fmt_rate, fmt_us, median, quantile_us as quantile};
 
 /// The work every holder does under the lock.
 const WORK: Duration = Duration::from_millis(2);
@@ -173,10 +173,6 @@ pub async fn run(options: &Options, urls: &[String]) -> (String, Vec<String>) {
 
 fn per_sec(n: u64, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
-}
-
-fn quantile(hist: &Histogram<u64>, q: f64) -> Option<f64> {
-    (!hist.is_empty()).then(|| hist.value_at_quantile(q) as f64)
 }
 
 /// One client's lock over `urls`.

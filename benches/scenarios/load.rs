@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use quorumlock_testkit::measure::{self, Histogram};
 use quorumlock_testkit::RedisCluster;
 use redis::AsyncCommands;
 
@@ -161,7 +162,7 @@ async fn run_cycles(
             let client = Arc::clone(&client);
             let prefix = format!("{prefix}:{task}");
             tokio::spawn(async move {
-                let mut hist = stats::histogram();
+                let mut hist = measure::histogram();
                 let (mut ops, mut errors, mut i) = (0u64, 0u64, 0u64);
                 let mut outcome = Outcome::Completed;
                 while Instant::now() < deadline {
@@ -170,7 +171,7 @@ async fn run_cycles(
                     let t0 = Instant::now();
                     match tokio::time::timeout(op_timeout, client.cycle(&resource)).await {
                         Ok(Ok(())) => {
-                            stats::record(&mut hist, t0.elapsed());
+                            measure::record(&mut hist, t0.elapsed());
                             ops += 1;
                         }
                         Ok(Err(error)) => {
@@ -217,7 +218,7 @@ async fn run_contended(
             let increments = Arc::clone(&increments);
             tokio::spawn(async move {
                 let waits = !matches!(*client, Client::NoLock);
-                let mut hist = stats::histogram();
+                let mut hist = measure::histogram();
                 let (mut ops, mut errors) = (0u64, 0u64);
                 let mut outcome = Outcome::Completed;
                 while Instant::now() < deadline {
@@ -236,7 +237,7 @@ async fn run_contended(
                             }
                         };
                     if waits {
-                        stats::record(&mut hist, t0.elapsed());
+                        measure::record(&mut hist, t0.elapsed());
                     }
                     let value: i64 = counter.get(&counter_key).await.expect("GET counter");
                     let () = counter
@@ -271,7 +272,7 @@ async fn run_contended(
 }
 
 /// What one load task measured: latencies, operations, errors, outcome, and when it ended.
-type TaskResult = (hdrhistogram::Histogram<u64>, u64, u64, Outcome, Instant);
+type TaskResult = (Histogram<u64>, u64, u64, Outcome, Instant);
 
 /// The load tasks' results, merged into one run.
 async fn collect(
@@ -282,7 +283,7 @@ async fn collect(
     let mut run = Run {
         ops: 0,
         elapsed: Duration::ZERO,
-        hist: stats::histogram(),
+        hist: measure::histogram(),
         outcome: Outcome::Completed,
         errors: 0,
         check,
@@ -293,7 +294,7 @@ async fn collect(
     for handle in handles {
         let (hist, ops, errors, outcome, ended) = handle.await.expect("load task panicked");
         run.per_task = (run.per_task.0.min(ops), run.per_task.1.max(ops));
-        run.hist.add(&hist).expect("same bounds");
+        measure::merge(&mut run.hist, &hist);
         run.ops += ops;
         run.errors += errors;
         run.elapsed = run.elapsed.max(ended - started);

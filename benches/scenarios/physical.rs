@@ -3,6 +3,8 @@
 
 use std::time::Instant;
 
+use quorumlock_testkit::measure;
+
 use crate::stats;
 
 /// PINGs per node, after a few not counted.
@@ -23,7 +25,7 @@ pub async fn measure(urls: &[String]) -> Physical {
             .get_multiplexed_async_connection()
             .await
             .expect("PING connection");
-        let mut hist = stats::histogram();
+        let mut hist = measure::histogram();
         for i in 0..WARM_UP_PINGS + PINGS {
             let started = Instant::now();
             let _: String = redis::cmd("PING")
@@ -31,10 +33,10 @@ pub async fn measure(urls: &[String]) -> Physical {
                 .await
                 .expect("PING");
             if i >= WARM_UP_PINGS {
-                stats::record(&mut hist, started.elapsed());
+                measure::record(&mut hist, started.elapsed());
             }
         }
-        ping_p50_us.push(hist.value_at_quantile(0.5) as f64);
+        ping_p50_us.push(stats::quantile_us(&hist, 0.5).expect("PINGs timed"));
     }
     Physical { ping_p50_us }
 }

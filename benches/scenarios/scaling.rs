@@ -6,14 +6,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use plotters::prelude::*;
+use quorumlock_testkit::measure::{self, Line};
 use quorumlock_testkit::RedisCluster;
 
 use crate::clients::Contender;
 use crate::load::run_one;
 use crate::memory;
 use crate::options::Options;
-use crate::plot::COLORS;
 use crate::scenarios::{smoke_checks, Load, Nodes, Scenario};
 use crate::stats::{self, fmt_rate, fmt_us, Run, Summary};
 
@@ -273,38 +272,38 @@ impl Scaling {
             ),
         ];
         for (file, title, x_desc, points) in curves {
-            let lines: Vec<(Contender, Vec<(f64, f64)>)> = CONTENDERS
+            let lines: Vec<Line> = CONTENDERS
                 .iter()
-                .map(|&c| {
-                    let line = points
+                .map(|&c| Line {
+                    label: c.label().to_owned(),
+                    points: points
                         .iter()
                         .filter_map(|p| ops(p, c).map(|v| (p.x as f64, v)))
-                        .collect();
-                    (c, line)
+                        .collect(),
                 })
                 .collect();
             report(
-                line_plot(&dir.join(file), title, x_desc, "ops/s", &lines),
+                measure::line_plot(&dir.join(file), title, x_desc, "ops/s", &lines),
                 dir,
                 file,
             );
         }
-        let lines: Vec<(Contender, Vec<(f64, f64)>)> = CONTENDERS
+        let lines: Vec<Line> = CONTENDERS
             .iter()
-            .map(|&c| {
-                let line = self
+            .map(|&c| Line {
+                label: c.label().to_owned(),
+                points: self
                     .memory
                     .iter()
                     .filter(|m| m.1 == c)
                     .map(|m| (m.0 as f64, m.2))
-                    .collect();
-                (c, line)
+                    .collect(),
             })
             .collect();
         let file = "scaling-memory.png";
         let title = "Memory per held lock by locks held";
         report(
-            line_plot(
+            measure::line_plot(
                 &dir.join(file),
                 title,
                 "locks held",
@@ -317,68 +316,9 @@ impl Scaling {
     }
 }
 
-fn report(result: Result<(), String>, dir: &Path, file: &str) {
+fn report(result: Result<(), measure::PlotError>, dir: &Path, file: &str) {
     match result {
         Ok(()) => println!("plot: {}", dir.join(file).display()),
         Err(err) => eprintln!("plot {file} failed: {err}"),
     }
-}
-
-/// Draws one line per contender, `y` over `x`, with a log x axis.
-fn line_plot(
-    path: &Path,
-    title: &str,
-    x_desc: &str,
-    y_desc: &str,
-    lines: &[(Contender, Vec<(f64, f64)>)],
-) -> Result<(), String> {
-    let all: Vec<(f64, f64)> = lines.iter().flat_map(|(_, l)| l.iter().copied()).collect();
-    if all.is_empty() {
-        return Err("nothing to plot".to_owned());
-    }
-    let x_lo = all
-        .iter()
-        .map(|p| p.0)
-        .fold(f64::INFINITY, f64::min)
-        .max(1.0);
-    let x_hi = all.iter().map(|p| p.0).fold(0.0, f64::max).max(x_lo * 2.0);
-    let y_hi = all.iter().map(|p| p.1).fold(0.0, f64::max) * 1.15;
-    let draw = |err: &dyn std::fmt::Display| format!("{}: {err}", path.display());
-    let root = BitMapBackend::new(path, (1000, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| draw(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 24))
-        .margin(16)
-        .margin_right(40)
-        .x_label_area_size(48)
-        .y_label_area_size(80)
-        .build_cartesian_2d((x_lo / 1.2..x_hi * 1.2).log_scale(), 0.0..y_hi.max(1.0))
-        .map_err(|e| draw(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .label_style(("sans-serif", 16))
-        .axis_desc_style(("sans-serif", 18))
-        .draw()
-        .map_err(|e| draw(&e))?;
-    for (i, (contender, points)) in lines.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 5, color.filled())))
-            .map_err(|e| draw(&e))?;
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(3),
-            ))
-            .map_err(|e| draw(&e))?
-            .label(contender.label())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
-    }
-    crate::plot::finish(&mut chart, &root, SeriesLabelPosition::UpperRight).map_err(|e| draw(&e))
 }

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorumlock::{DistributedLock, LockConfig, RedisLock, Redlock, ReplicaAcks};
+use quorumlock_testkit::measure::{histogram, merge, record, Histogram};
 use quorumlock_testkit::{RedisCluster, SentinelDeployment, ShardedCluster};
 
 use crate::options::Options;
-use crate::stats::{fmt_rate, fmt_us, histogram, process_cpu, record};
+use crate::stats::{fmt_rate, fmt_us, process_cpu, quantile_us};
 
 /// Tasks, each on a resource of its own.
 const TASKS: usize = 64;
@@ -180,15 +181,15 @@ async fn measure_one<L: DistributedLock>(lock: &L, window: Duration) -> Measured
         errors,
         unexpected,
         elapsed: started.elapsed(),
-        p50_us: hist.value_at_quantile(0.5) as f64,
-        p99_us: hist.value_at_quantile(0.99) as f64,
+        p50_us: quantile_us(&hist, 0.5).unwrap_or(0.0),
+        p99_us: quantile_us(&hist, 0.99).unwrap_or(0.0),
         cpu_us_per_op: None,
     }
 }
 
 /// What [`cycles`] measured: the latencies of the completed cycles, their number, the
 /// number that failed for nodes that did not answer, and the first other failure.
-type Cycles = (hdrhistogram::Histogram<u64>, u64, u64, Option<String>);
+type Cycles = (Histogram<u64>, u64, u64, Option<String>);
 
 /// Locks and releases `resource` until `deadline`.
 async fn cycles<L: DistributedLock>(lock: &L, resource: &str, deadline: Instant) -> Cycles {
@@ -243,7 +244,7 @@ async fn measure(lock: Redlock, window: Duration) -> Measured {
     for task in tasks {
         let (task_hist, task_ops, task_errors, task_unexpected) =
             task.await.expect("a sharding task");
-        hist.add(task_hist).expect("same histogram bounds");
+        merge(&mut hist, &task_hist);
         ops += task_ops;
         errors += task_errors;
         unexpected = unexpected.or(task_unexpected);
@@ -260,8 +261,8 @@ async fn measure(lock: Redlock, window: Duration) -> Measured {
         errors,
         unexpected,
         elapsed,
-        p50_us: hist.value_at_quantile(0.5) as f64,
-        p99_us: hist.value_at_quantile(0.99) as f64,
+        p50_us: quantile_us(&hist, 0.5).unwrap_or(0.0),
+        p99_us: quantile_us(&hist, 0.99).unwrap_or(0.0),
         cpu_us_per_op,
     }
 }

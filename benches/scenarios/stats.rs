@@ -1,20 +1,15 @@
-//! Latency histograms and the per-run, per-repetition summaries built from them.
+//! The per-run, per-repetition summaries built from the latency histograms (recorded
+//! through the testkit's `measure`, as `quorumlock bench` records them), and the tables'
+//! number formats.
 
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
+use quorumlock_testkit::measure::{self, Histogram};
 
-/// Latencies are recorded in microseconds, from 1 µs to 10 minutes, 3 significant digits.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
-}
-
-/// Records one latency (saturating at the histogram's top).
-pub fn record(hist: &mut Histogram<u64>, latency: Duration) {
-    let micros = u64::try_from(latency.as_micros())
-        .unwrap_or(u64::MAX)
-        .max(1);
-    hist.saturating_record(micros);
+/// The latency at `quantile` of `hist`, in µs, the unit of the tables; `None` without
+/// samples.
+pub fn quantile_us(hist: &Histogram<u64>, quantile: f64) -> Option<f64> {
+    measure::quantile(hist, quantile).map(|latency| latency.as_secs_f64() * 1e6)
 }
 
 /// How a run ended.
@@ -60,11 +55,11 @@ impl Run {
 
     /// The latency at `quantile`, in µs; `None` when nothing completed.
     pub fn quantile_us(&self, quantile: f64) -> Option<f64> {
-        (!self.hist.is_empty()).then(|| self.hist.value_at_quantile(quantile) as f64)
+        quantile_us(&self.hist, quantile)
     }
 
     pub fn max_us(&self) -> Option<f64> {
-        (!self.hist.is_empty()).then(|| self.hist.max() as f64)
+        measure::max(&self.hist).map(|latency| latency.as_secs_f64() * 1e6)
     }
 }
 
@@ -148,9 +143,9 @@ pub fn paired_ratio(
 
 /// All runs' histograms merged, for plots.
 pub fn merged(runs: &[Run]) -> Histogram<u64> {
-    let mut all = histogram();
+    let mut all = measure::histogram();
     for run in runs {
-        all.add(&run.hist).expect("same histogram bounds");
+        measure::merge(&mut all, &run.hist);
     }
     all
 }

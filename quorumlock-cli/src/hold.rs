@@ -6,7 +6,7 @@ use std::time::Duration;
 use quorumlock::{LockError, LockGuard, QuorumLock, RwLock, Semaphore};
 
 use crate::args::RunArgs;
-use crate::nodes::AnyLock;
+use crate::lock::AnyLock;
 
 /// What a `run` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,19 +29,17 @@ impl Hold {
             (false, None) => Hold::Exclusive,
         }
     }
-}
 
-impl AnyLock {
-    /// Takes what `hold` says of `resource`: one attempt, or attempts until `wait`.
+    /// Takes this of `resource` on `lock`: one attempt, or attempts until `wait`.
     pub async fn take(
-        &self,
+        self,
+        lock: &AnyLock,
         resource: &str,
-        hold: Hold,
         wait: Option<Duration>,
     ) -> Result<LockGuard, LockError> {
-        match self {
-            AnyLock::Single(lock) => take(lock, resource, hold, wait).await,
-            AnyLock::Quorum(lock) => take(lock, resource, hold, wait).await,
+        match lock {
+            AnyLock::Single(lock) => take(lock, resource, self, wait).await,
+            AnyLock::Quorum(lock) => take(lock, resource, self, wait).await,
         }
     }
 }
@@ -70,14 +68,5 @@ async fn take<L: QuorumLock>(
             };
             Ok(permit.into_guard())
         }
-    }
-}
-
-/// The permits a `--permits` value may ask for, checked when the command line is read.
-pub fn parse_permits(text: &str) -> Result<u32, String> {
-    let max = Semaphore::<quorumlock::Redlock>::MAX_PERMITS;
-    match text.parse::<u32>() {
-        Ok(permits) if (1..=max).contains(&permits) => Ok(permits),
-        _ => Err(format!("expected a number of permits from 1 to {max}")),
     }
 }

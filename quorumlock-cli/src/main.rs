@@ -22,6 +22,7 @@ mod bench;
 mod duration;
 mod exit;
 mod hold;
+mod lock;
 mod node_url;
 mod nodes;
 mod output;
@@ -29,7 +30,6 @@ mod release;
 mod run;
 mod signal;
 mod status;
-mod status_family;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -1,8 +1,8 @@
-//! The nodes a command talks to, the lock over them, and the key a name maps to.
+//! The nodes a command talks to, how it connects to them, and the key a name maps to.
 
 use std::time::Duration;
 
-use quorumlock::{LockConfig, LockError, LockGuard, RedisLock, Redlock, TlsOptions};
+use quorumlock::{LockConfig, LockError, TlsOptions};
 
 use crate::args::GlobalArgs;
 use crate::exit::{CliError, Kind};
@@ -95,67 +95,6 @@ pub fn check_urls(global: &GlobalArgs, urls: &[String]) -> Result<Vec<redis::Cli
 /// or 1 s, which covers opening a connection as well as the command.
 pub fn operator_timeout(global: &GlobalArgs) -> Duration {
     global.node_timeout.unwrap_or(Duration::from_secs(1))
-}
-
-/// The lock `run` takes: on one node, or a quorum of several.
-pub enum AnyLock {
-    /// One URL.
-    Single(RedisLock),
-    /// Several URLs.
-    Quorum(Redlock),
-}
-
-impl AnyLock {
-    /// Prepares the lock on `urls`, with the TLS options of `global`.
-    pub async fn connect(
-        global: &GlobalArgs,
-        urls: &[String],
-        config: LockConfig,
-    ) -> Result<Self, CliError> {
-        if urls.iter().any(|url| is_cluster(url) || is_sentinel(url)) {
-            // The library makes the clients of cluster and Sentinel members itself.
-            let tls = tls_options(global)?;
-            let lock = match urls {
-                [url] => RedisLock::connect_tls(url, &tls, config)
-                    .await
-                    .map(AnyLock::Single),
-                _ => Redlock::connect_tls(urls, &tls, config)
-                    .await
-                    .map(AnyLock::Quorum),
-            };
-            return lock.map_err(|error| CliError::from_lock(&error));
-        }
-        let mut clients = check_urls(global, urls)?;
-        let lock = match clients.len() {
-            1 => RedisLock::from_client(clients.remove(0), config)
-                .await
-                .map(AnyLock::Single),
-            _ => Redlock::from_clients(clients, config)
-                .await
-                .map(AnyLock::Quorum),
-        };
-        lock.map_err(|error| CliError::from_lock(&error))
-    }
-
-    /// Attempts until `timeout` (the configured retry count permitting).
-    pub async fn acquire_timeout(
-        &self,
-        resource: &str,
-        timeout: Duration,
-    ) -> Result<LockGuard, LockError> {
-        match self {
-            AnyLock::Single(lock) => lock.acquire_timeout(resource, timeout).await,
-            AnyLock::Quorum(lock) => lock.acquire_timeout(resource, timeout).await,
-        }
-    }
-
-    /// How many nodes must agree.
-    pub fn quorum(&self) -> usize {
-        match self {
-            AnyLock::Single(_) => 1,
-            AnyLock::Quorum(lock) => lock.quorum(),
-        }
-    }
 }
 
 #[cfg(test)]

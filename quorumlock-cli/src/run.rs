@@ -12,7 +12,8 @@ use crate::args::{GlobalArgs, Orphans, RunArgs};
 use crate::duration::{format_duration, millis};
 use crate::exit::{command_status_code, CliError, Kind};
 use crate::hold::Hold;
-use crate::nodes::{node_urls, AnyLock};
+use crate::lock::AnyLock;
+use crate::nodes::node_urls;
 use crate::output::{failures, Event, Output, TallyJson};
 use crate::signal::{
     adopt_orphans, in_terminal_foreground, terminal_generated, OnLost, Signal, Target,
@@ -53,7 +54,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
         None => out.note(|| format!("taking {resource:?} on {} node(s)", urls.len())),
     }
     let waiting_since = Instant::now();
-    let acquisition = lock.take(resource, Hold::of(args), args.wait);
+    let acquisition = Hold::of(args).take(&lock, resource, args.wait);
     let mut guard = tokio::select! {
         acquired = acquisition => acquired.map_err(|error| {
             let error = CliError::from_lock(&error);

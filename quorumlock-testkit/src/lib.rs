@@ -44,6 +44,10 @@
 //! With the `testcontainers` feature, the `containers` module offers the same kind of
 //! cluster backed by `redis:7-alpine` containers, for machines without a local
 //! `redis-server` but with Docker.
+//!
+//! With the `measure` feature, the `measure` module records and reads latencies
+//! (HdrHistogram) and draws them as PNG plots, for benchmarks and load tools run against
+//! these nodes.
 
 //!
 //! # Example
@@ -92,6 +96,9 @@ mod cluster;
 pub mod containers;
 mod direct;
 mod error;
+#[cfg(feature = "measure")]
+#[cfg_attr(docsrs, doc(cfg(feature = "measure")))]
+pub mod measure;
 mod options;
 mod ports;
 mod process;

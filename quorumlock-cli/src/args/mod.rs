@@ -244,8 +244,18 @@ pub struct StatusArgs {
 
     /// Also show who holds each of the K permits of the name (as taken by
     /// `run --permits K`).
-    #[arg(long, value_name = "K", value_parser = crate::hold::parse_permits)]
+    #[arg(long, value_name = "K", value_parser = parse_permits)]
     pub permits: Option<u32>,
+}
+
+/// The permits a `--permits` value may ask for (of `run` and `status`), checked when the
+/// command line is read.
+pub fn parse_permits(text: &str) -> Result<u32, String> {
+    let max = quorumlock::Semaphore::<quorumlock::Redlock>::MAX_PERMITS;
+    match text.parse::<u32>() {
+        Ok(permits) if (1..=max).contains(&permits) => Ok(permits),
+        _ => Err(format!("expected a number of permits from 1 to {max}")),
+    }
 }
 
 /// `quorumlock release`.

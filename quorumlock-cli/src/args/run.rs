@@ -7,8 +7,9 @@ use clap::{Args, ValueEnum};
 
 use crate::duration::{parse_duration, parse_wait};
 use crate::exit;
-use crate::hold::parse_permits;
 use crate::signal::{parse_on_lost, OnLost};
+
+use super::parse_permits;
 
 /// Text shown at the end of `quorumlock run --help`.
 pub const AFTER_HELP: &str = "\

@@ -14,8 +14,9 @@ pub const PREFIX_TAG: &str = "quorumlock-bench:";
 
 /// Keys the library derives from a lock key `<key>` when waiters queue or watch it: the
 /// queue, its deadlines and the watch marker (src/node/scripts.rs, "Keys on a node").
-/// Repeated here because they are the library's internals; the cli_bench tests check that
-/// a contended run leaves nothing behind, which fails if these names drift.
+/// Repeated here because they are the library's internals; the bench tests
+/// (tests/cli/bench.rs) check that a contended run leaves nothing behind, which fails if
+/// these names drift.
 const DERIVED_PREFIXES: [&str; 3] = [
     "quorumlock:waiters:",
     "quorumlock:waiter-deadlines:",

@@ -7,11 +7,11 @@
 //! deletes exactly those at the end, on Ctrl-C too, and never scans or touches others;
 //! `--rate` caps the load.
 
+mod figures;
 mod keys;
 mod plot;
 mod probe;
 mod report;
-mod stats;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
-use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use quorumlock::node::redact_url;
 use quorumlock::{LockConfig, LockError, LockMetrics};
+use quorumlock_testkit::measure::{self, histogram, record, Histogram};
 use redis::aio::ConnectionManager;
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 use tokio::sync::watch;
@@ -31,12 +31,12 @@ use tokio::time::Instant;
 
 use crate::args::{BenchArgs, GlobalArgs};
 use crate::exit::{CliError, Kind};
-use crate::nodes::{check_urls, node_urls, AnyLock};
+use crate::lock::AnyLock;
+use crate::nodes::{check_urls, node_urls};
 use crate::output::{Event, Output};
 
 use self::keys::Names;
 use self::probe::{NodeProbe, ProbeThread, Probes};
-use self::stats::{histogram, record};
 
 /// What the whole run measured, for the report.
 pub struct Bench {
@@ -129,8 +129,7 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
     let urls = node_urls(global)?;
     let clients = check_urls(global, &urls)?;
     if let Some(path) = &args.plot {
-        plot::check_path(path)?;
-        plot::init_font()?;
+        plot::check(path)?;
     }
     let run_id = match &args.run_id {
         Some(id) => {
@@ -313,22 +312,7 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
     report_cleanup(&bench.cleanup, out);
 
     if let (Some(path), true) = (&args.plot, bench.interrupted.is_none()) {
-        let series: Vec<(String, &Histogram<u64>)> = bench
-            .levels
-            .iter()
-            .map(|level| (format!("{} task(s)", level.concurrency), &level.cycle))
-            .collect();
-        let title = format!(
-            "quorumlock bench: acquire + release on {} node(s){}",
-            bench.nodes,
-            if args.contended { ", contended" } else { "" }
-        );
-        if let Err(error) = plot::draw(path, &title, &series) {
-            return Err(CliError::new(
-                Kind::Os,
-                format!("could not draw the plot: {error}"),
-            ));
-        }
+        plot::draw(path, &bench)?;
         out.note(|| format!("plot written to {}", path.display()));
     }
     match bench.no_success() {
@@ -628,7 +612,7 @@ async fn run_level(
     progress.set_position(0);
     progress.set_message(format!("{concurrency} task(s)"));
 
-    let before = metrics(&shared.lock);
+    let before = shared.lock.metrics();
     let start = Instant::now();
     let tasks = join_all((0..concurrency as usize).map(|index| {
         let shared = Arc::clone(shared);
@@ -653,7 +637,7 @@ async fn run_level(
                     None => progress.set_position(u64::try_from(start.elapsed().as_millis()).unwrap_or(0)),
                 }
                 let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-3);
-                progress.set_message(format!("{concurrency} task(s), {done} cycles, {}", stats::fmt_rate(rate)));
+                progress.set_message(format!("{concurrency} task(s), {done} cycles, {}", figures::fmt_rate(rate)));
             }
             signal = signals.recv(), if interrupted.is_none() => {
                 interrupted = Some(signal);
@@ -662,7 +646,7 @@ async fn run_level(
         }
     };
     let elapsed = start.elapsed();
-    let after = metrics(&shared.lock);
+    let after = shared.lock.metrics();
     let _ = stop_probing.send(());
     let _ = probing.await;
 
@@ -684,10 +668,10 @@ async fn run_level(
         let Ok(result) = result else { continue };
         level.ops += result.ops;
         level.per_task.push(result.ops);
-        stats::merge(&mut level.cycle, &result.cycle);
-        stats::merge(&mut level.acquire, &result.acquire);
-        stats::merge(&mut level.release, &result.release);
-        stats::merge(&mut level.validity_lost, &result.validity_lost);
+        measure::merge(&mut level.cycle, &result.cycle);
+        measure::merge(&mut level.acquire, &result.acquire);
+        measure::merge(&mut level.release, &result.release);
+        measure::merge(&mut level.validity_lost, &result.validity_lost);
         for (kind, count) in result.errors {
             *level.errors.entry(kind).or_default() += count;
         }
@@ -696,14 +680,6 @@ async fn run_level(
         }
     }
     (level, interrupted)
-}
-
-/// The lock's counters.
-fn metrics(lock: &AnyLock) -> LockMetrics {
-    match lock {
-        AnyLock::Single(lock) => lock.metrics(),
-        AnyLock::Quorum(lock) => lock.metrics(),
-    }
 }
 
 /// One task: acquire + release cycles until the level ends.

@@ -11,14 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use hdrhistogram::Histogram;
+use quorumlock_testkit::measure::{histogram, record, Histogram};
 use rand::seq::SliceRandom;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{oneshot, Mutex};
 use tokio::time::Instant;
 
 use super::keys::with_timeout;
-use super::stats::{histogram, record};
 
 /// How often the probes run while the lock is measured: light enough to be noise on a
 /// production node (3 commands per node per round), frequent enough for a p99 in 10 s.

@@ -3,11 +3,11 @@
 
 use serde_json::{json, Value};
 
-use super::probe::NodeProbe;
-use super::stats::{
+use super::figures::{
     fmt_ms, fmt_rate, max_ms, quantile_ms, summary_json, terminal_histogram, CYCLE_QUANTILES,
     SHORT_QUANTILES,
 };
+use super::probe::NodeProbe;
 use super::{Bench, Level};
 use crate::duration::{format_duration, millis};
 use crate::output::Output;

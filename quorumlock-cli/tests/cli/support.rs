@@ -1,13 +1,13 @@
 //! What the CLI tests share: the binary under test, started with none of the caller's
-//! settings, and run to completion or in the background with its JSON events read.
-
-#![allow(dead_code)] // each test binary uses a different subset
+//! settings (or with a cluster's nodes), and run to completion or in the background with
+//! its JSON events read.
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use quorumlock_testkit::RedisCluster;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, Command};
 
 /// The `quorumlock` binary built for these tests.
@@ -35,6 +35,24 @@ pub fn bare() -> Command {
     command
 }
 
+/// `n` local redis-server nodes.
+pub async fn cluster(n: usize) -> RedisCluster {
+    RedisCluster::start(n).await.expect("redis-server nodes")
+}
+
+/// `quorumlock` with the nodes of `cluster` in QUORUMLOCK_NODES and nothing else from the
+/// caller's environment that could change its behaviour.
+pub fn quorumlock(cluster: &RedisCluster) -> Command {
+    let mut command = bare();
+    command.env("QUORUMLOCK_NODES", cluster.urls().join(","));
+    command
+}
+
+/// The per-node timeout (`--node-timeout`) of most tests here: well above the 50 ms
+/// default, so that a machine loaded by parallel builds does not turn slow answers into
+/// failed nodes.
+pub const NODE_TIMEOUT: &str = "250ms";
+
 /// How long one invocation may take before the test fails: far above any run's own
 /// timeouts, so that a hang is reported rather than waited out.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -57,6 +75,19 @@ pub fn stdout(output: &Output) -> String {
 
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The JSON lines of a `--json` invocation's stderr.
+pub fn events(output: &Output) -> Vec<Value> {
+    stderr(output).lines().map(parse).collect()
+}
+
+/// The first event called `name`.
+pub fn event<'a>(events: &'a [Value], name: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|event| event["event"] == name)
+        .unwrap_or_else(|| panic!("no {name} event in {events:?}"))
 }
 
 /// `quorumlock` running in the background, its JSON events read from stderr as they come.
@@ -97,6 +128,36 @@ impl Background {
             .expect("stderr readable")
             .expect("stderr still open");
         parse(&line)
+    }
+
+    /// Waits for the `acquired` event of a `run --json` and returns the token.
+    pub async fn token(&mut self) -> String {
+        let acquired = self.next_event().await;
+        assert_eq!(acquired["event"], "acquired", "{acquired}");
+        acquired["token"].as_str().expect("token").to_owned()
+    }
+
+    /// Sends signal `name` (`TERM`, `INT`, ...) to the process.
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().expect("still running").to_string();
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    }
+
+    /// Waits for the end of one started with [`reading_stdout`](Self::reading_stdout);
+    /// returns the exit code, the JSON document on stdout and the remaining events.
+    pub async fn report(mut self) -> (i32, Value, Vec<Value>) {
+        let mut stdout = String::new();
+        let mut pipe = self.child.stdout.take().expect("piped stdout");
+        tokio::time::timeout(LIMIT, pipe.read_to_string(&mut stdout))
+            .await
+            .expect("stdout closed in time")
+            .expect("stdout readable");
+        let (code, events) = self.finish().await;
+        (code, parse(&stdout), events)
     }
 
     /// Waits for the process to end; returns its exit code and its remaining events.

@@ -11,8 +11,10 @@ use serde_json::{json, Value};
 use crate::args::GlobalArgs;
 use crate::duration::{format_duration, millis};
 use crate::exit::CliError;
-use crate::nodes::lock_key;
-use crate::status::{read_node, verdict, NodeView, Verdict};
+use crate::nodes::{lock_key, quorum};
+
+use super::read::read_node;
+use super::view::{verdict, NodeView, Verdict};
 
 /// The key listing the reader entries of the write-side key `key` on each node (the
 /// library's `RwLock::readers_key`).
@@ -36,58 +38,60 @@ enum Readers {
     Failed(String),
 }
 
-/// The family's part of the report.
+/// The lock family's part of the report.
 #[derive(Debug)]
-pub struct Family {
+pub struct ReadersAndPermits {
     readers: Vec<Readers>,
     quorum: usize,
     /// Each slot's nodes and verdict, with `--permits`.
     permits: Option<Vec<(Vec<NodeView>, Verdict)>>,
 }
 
-/// Reads the readers of `key` (the name's lock key) on every node of `clients`, and with
-/// `permits` each permit slot of `resource`. A member without a client (a Redis Cluster or
-/// a Sentinel-managed master) is reported as not read: these sections read one server's
-/// keys directly.
-pub async fn read(
-    global: &GlobalArgs,
-    resource: &str,
-    key: &str,
-    permits: Option<u32>,
-    clients: &[Option<redis::Client>],
-    budget: Duration,
-) -> Result<Family, CliError> {
-    let quorum = crate::nodes::quorum(clients.len());
-    let readers = join_all(
-        clients
-            .iter()
-            .map(|client| read_readers(client.clone(), key, budget)),
-    )
-    .await;
-    let permits = match permits {
-        None => None,
-        Some(permits) => {
-            let mut slots = Vec::new();
-            for slot in 0..permits {
-                let slot_key = lock_key(global, &format!("{resource}:permit:{slot}"))?;
-                let views = join_all(clients.iter().map(|client| async {
-                    match client {
-                        Some(client) => read_node(client.clone(), &slot_key, budget).await,
-                        None => NodeView::Failed(NOT_READ.to_owned()),
-                    }
-                }))
-                .await;
-                let verdict = verdict(&views, quorum);
-                slots.push((views, verdict));
+impl ReadersAndPermits {
+    /// Reads the readers of `key` (the name's lock key) on every node of `clients`, and with
+    /// `permits` each permit slot of `resource`. A member without a client (a Redis Cluster or
+    /// a Sentinel-managed master) is reported as not read: these sections read one server's
+    /// keys directly.
+    pub async fn read(
+        global: &GlobalArgs,
+        resource: &str,
+        key: &str,
+        permits: Option<u32>,
+        clients: &[Option<redis::Client>],
+        budget: Duration,
+    ) -> Result<Self, CliError> {
+        let quorum = quorum(clients.len());
+        let readers = join_all(
+            clients
+                .iter()
+                .map(|client| read_readers(client.clone(), key, budget)),
+        )
+        .await;
+        let permits = match permits {
+            None => None,
+            Some(permits) => {
+                let mut slots = Vec::new();
+                for slot in 0..permits {
+                    let slot_key = lock_key(global, &format!("{resource}:permit:{slot}"))?;
+                    let views = join_all(clients.iter().map(|client| async {
+                        match client {
+                            Some(client) => read_node(client.clone(), &slot_key, budget).await,
+                            None => NodeView::Failed(NOT_READ.to_owned()),
+                        }
+                    }))
+                    .await;
+                    let verdict = verdict(&views, quorum);
+                    slots.push((views, verdict));
+                }
+                Some(slots)
             }
-            Some(slots)
-        }
-    };
-    Ok(Family {
-        readers,
-        quorum,
-        permits,
-    })
+        };
+        Ok(ReadersAndPermits {
+            readers,
+            quorum,
+            permits,
+        })
+    }
 }
 
 /// The reader list of `key`, each listed entry's `PTTL` and the writer's mark, within
@@ -134,7 +138,7 @@ async fn read_readers(client: Option<redis::Client>, key: &str, budget: Duration
     }
 }
 
-impl Family {
+impl ReadersAndPermits {
     /// Each live reader entry with the number of nodes it is on.
     fn entries(&self) -> BTreeMap<&str, usize> {
         let mut entries = BTreeMap::new();

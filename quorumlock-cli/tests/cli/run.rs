@@ -4,61 +4,18 @@
 //! process trees under the lock, flock's flags, quiet skips, node syntax errors, degraded
 //! nodes and logs.
 
-mod cli_support;
-
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use quorumlock_testkit::RedisCluster;
 use serde_json::Value;
-use tokio::process::Command;
 
-use cli_support::{bare, code, output, stderr, stdout, Background, LIMIT};
-
-/// The per-node timeout of the `run`s here: well above the 50 ms default, so that a
-/// machine loaded by parallel builds does not turn slow answers into failed nodes (the
-/// lost-lock tests, with a 1 s TTL, use 100 ms).
-const RUN_NODE_TIMEOUT: &str = "250ms";
-
-async fn cluster(n: usize) -> RedisCluster {
-    RedisCluster::start(n).await.expect("redis-server nodes")
-}
-
-/// `quorumlock` with the nodes of `cluster` in QUORUMLOCK_NODES and nothing else from the
-/// caller's environment that could change its behaviour.
-fn quorumlock(cluster: &RedisCluster) -> Command {
-    let mut command = bare();
-    command.env("QUORUMLOCK_NODES", cluster.urls().join(","));
-    command
-}
-
-/// The JSON lines of a `--json` run's stderr.
-fn events(output: &Output) -> Vec<Value> {
-    stderr(output)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
-}
-
-fn event<'a>(events: &'a [Value], name: &str) -> &'a Value {
-    events
-        .iter()
-        .find(|event| event["event"] == name)
-        .unwrap_or_else(|| panic!("no {name} event in {events:?}"))
-}
-
-/// What these tests wait for in a `run --json` started in the background.
-impl Background {
-    /// Waits for the `acquired` event and returns the token.
-    async fn token(&mut self) -> String {
-        let acquired = self.next_event().await;
-        assert_eq!(acquired["event"], "acquired", "{acquired}");
-        acquired["token"].as_str().expect("token").to_owned()
-    }
-}
+use crate::support::{
+    bare, cluster, code, event, events, output, quorumlock, stderr, stdout, Background, LIMIT,
+    NODE_TIMEOUT,
+};
 
 #[tokio::test]
 async fn concurrent_runs_of_one_resource_never_overlap() {
@@ -75,7 +32,7 @@ async fn concurrent_runs_of_one_resource_never_overlap() {
             command.args([
                 "run",
                 "--node-timeout",
-                RUN_NODE_TIMEOUT,
+                NODE_TIMEOUT,
                 "--resource",
                 "exclusive",
                 "--wait",
@@ -128,7 +85,7 @@ async fn no_wait_on_a_held_lock_exits_75_and_signals_are_passed_on() {
     let mut holder = Background::start(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "--json",
         "-r",
         "busy",
@@ -145,7 +102,7 @@ async fn no_wait_on_a_held_lock_exits_75_and_signals_are_passed_on() {
             .args([
                 "run",
                 "--node-timeout",
-                RUN_NODE_TIMEOUT,
+                NODE_TIMEOUT,
                 "-r",
                 "busy",
                 "--no-wait",
@@ -163,7 +120,7 @@ async fn no_wait_on_a_held_lock_exits_75_and_signals_are_passed_on() {
     let waited = output(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "-r",
         "busy",
         "--wait",
@@ -175,12 +132,7 @@ async fn no_wait_on_a_held_lock_exits_75_and_signals_are_passed_on() {
     assert_eq!(code(&waited), 75, "{}", stderr(&waited));
 
     // SIGTERM to quorumlock reaches the command; the lock is released after it.
-    let pid = holder.child.id().expect("running");
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    holder.signal("TERM");
     let (code, events) = holder.finish().await;
     assert_eq!(code, 128 + 15, "{events:?}");
     assert_eq!(event(&events, "exit")["command_signal"], 15);
@@ -201,7 +153,7 @@ async fn no_reachable_quorum_exits_69_naming_the_nodes() {
     let marker = dir.path().join("ran");
     let result = output(
         quorumlock(&cluster)
-            .args(["run", "--node-timeout", RUN_NODE_TIMEOUT, "-r", "job", "--"])
+            .args(["run", "--node-timeout", NODE_TIMEOUT, "-r", "job", "--"])
             .args([OsStr::new("touch"), marker.as_os_str()]),
     )
     .await;
@@ -220,7 +172,7 @@ async fn no_reachable_quorum_exits_69_naming_the_nodes() {
     let result = output(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "--json",
         "-r",
         "job",
@@ -249,7 +201,7 @@ async fn the_commands_status_is_the_exit_code() {
     let result = output(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "-r",
         "job",
         "--",
@@ -263,7 +215,7 @@ async fn the_commands_status_is_the_exit_code() {
     let result = output(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "-r",
         "job",
         "--",
@@ -277,7 +229,7 @@ async fn the_commands_status_is_the_exit_code() {
     let result = output(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "-r",
         "job",
         "--",
@@ -291,7 +243,7 @@ async fn the_commands_status_is_the_exit_code() {
     let result = output(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "-r",
         "job",
         "--fencing",
@@ -327,7 +279,7 @@ async fn the_commands_status_is_the_exit_code() {
     let result = output(bare().env("QUORUMLOCK_NODES", cluster.node(0).url()).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "-r",
         "solo",
         "--",
@@ -341,6 +293,7 @@ async fn the_commands_status_is_the_exit_code() {
 
 /// Starts `run --ttl 1s` of `command`, kills two of the three nodes once it holds the
 /// lock, and returns the exit code, the events, and how long after the kill it ended.
+/// Its node timeout is 100 ms, the most a 1 s TTL allows (a tenth).
 async fn lose_the_lock(extra: &[&str], command: &[&str]) -> (i32, Vec<Value>, Duration) {
     let mut cluster = cluster(3).await;
     let mut run = quorumlock(&cluster);
@@ -589,15 +542,6 @@ fn kill_leftover(pid: i32) {
     }
 }
 
-/// Sends `signal` to process `pid`.
-fn send(signal: &str, pid: u32) {
-    let sent = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-}
-
 fn signals_sent(events: &[Value]) -> Vec<&Value> {
     events
         .iter()
@@ -641,13 +585,13 @@ async fn signals_to_quorumlock_stop_the_whole_process_tree() {
         let resource = format!("tree-{signal}");
         let mut holder = Background::start(
             quorumlock(&cluster)
-                .args(["run", "--node-timeout", RUN_NODE_TIMEOUT, "--json"])
+                .args(["run", "--node-timeout", NODE_TIMEOUT, "--json"])
                 .args(["-r", &resource, "--kill-after", "500ms", "--"])
                 .args(forking(&pidfile, "sleep 31", "sleep 30")),
         );
         holder.token().await;
         let grandchild = read_pid(&pidfile).await;
-        send(signal, holder.child.id().expect("running"));
+        holder.signal(signal);
         let (code, events) = holder.finish().await;
         let survived = alive(grandchild);
         kill_leftover(grandchild);
@@ -708,7 +652,7 @@ async fn background_processes_keep_the_lock_unless_told_otherwise() {
     let started = Instant::now();
     let result = output(
         quorumlock(&cluster)
-            .args(["run", "--node-timeout", RUN_NODE_TIMEOUT, "--json"])
+            .args(["run", "--node-timeout", NODE_TIMEOUT, "--json"])
             .args(["-r", "bg", "--orphans", "kill", "--"])
             .args(forking(&pidfile, "sleep 30", "exit 4")),
     )
@@ -725,7 +669,7 @@ async fn background_processes_keep_the_lock_unless_told_otherwise() {
     let pidfile = dir.path().join("left");
     let result = output(
         quorumlock(&cluster)
-            .args(["run", "--node-timeout", RUN_NODE_TIMEOUT])
+            .args(["run", "--node-timeout", NODE_TIMEOUT])
             .args(["-r", "bg", "--orphans", "leave", "--"])
             .args(forking(&pidfile, "sleep 30", "exit 0")),
     )
@@ -749,7 +693,7 @@ async fn background_processes_keep_the_lock_unless_told_otherwise() {
     let pidfile = dir.path().join("foreground");
     let result = output(
         quorumlock(&cluster)
-            .args(["run", "--node-timeout", RUN_NODE_TIMEOUT])
+            .args(["run", "--node-timeout", NODE_TIMEOUT])
             .args(["-r", "bg", "--foreground", "--"])
             .args(forking(&pidfile, "sleep 30", "exit 0")),
     )
@@ -805,7 +749,7 @@ async fn quiet_skips_are_silent_and_real_errors_are_not() {
     let mut holder = Background::start(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "--json",
         "-r",
         "busy",
@@ -817,14 +761,7 @@ async fn quiet_skips_are_silent_and_real_errors_are_not() {
     for extra in [&[][..], &["-w", "300ms"], &["--json"]] {
         let result = output(
             quorumlock(&cluster)
-                .args([
-                    "run",
-                    "--node-timeout",
-                    RUN_NODE_TIMEOUT,
-                    "-q",
-                    "-r",
-                    "busy",
-                ])
+                .args(["run", "--node-timeout", NODE_TIMEOUT, "-q", "-r", "busy"])
                 .args(extra)
                 .args(["--", "true"]),
         )
@@ -836,7 +773,7 @@ async fn quiet_skips_are_silent_and_real_errors_are_not() {
     let loud = output(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "-r",
         "busy",
         "--",
@@ -845,7 +782,7 @@ async fn quiet_skips_are_silent_and_real_errors_are_not() {
     .await;
     assert!(stderr(&loud).contains("error:"), "{}", stderr(&loud));
 
-    send("TERM", holder.child.id().expect("running"));
+    holder.signal("TERM");
     holder.finish().await;
     // No quorum is a real error: it prints under -q.
     for i in 0..3 {
@@ -854,7 +791,7 @@ async fn quiet_skips_are_silent_and_real_errors_are_not() {
     let down = output(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "-q",
         "-r",
         "busy",
@@ -874,7 +811,7 @@ async fn flock_flags_work_as_in_flock() {
     let mut holder = Background::start(quorumlock(&cluster).args([
         "run",
         "--node-timeout",
-        RUN_NODE_TIMEOUT,
+        NODE_TIMEOUT,
         "--json",
         "-r",
         "flock",
@@ -883,7 +820,7 @@ async fn flock_flags_work_as_in_flock() {
         "30",
     ]));
     holder.token().await;
-    let base = ["run", "--node-timeout", RUN_NODE_TIMEOUT, "-r", "flock"];
+    let base = ["run", "--node-timeout", NODE_TIMEOUT, "-r", "flock"];
 
     let no_wait = output(quorumlock(&cluster).args(base).args(["-n", "--", "true"])).await;
     assert_eq!(code(&no_wait), 75, "{}", stderr(&no_wait));
@@ -927,7 +864,7 @@ async fn flock_flags_work_as_in_flock() {
     )
     .await;
     assert_eq!(event(&events(&json), "error")["exit_code"], 200);
-    send("TERM", holder.child.id().expect("running"));
+    holder.signal("TERM");
     holder.finish().await;
     let own = output(
         quorumlock(&cluster)
@@ -1011,7 +948,7 @@ async fn degraded_nodes_are_named_and_events_carry_time_and_tally() {
     let run = |extra: &[&str]| {
         let mut command = quorumlock(&cluster);
         command
-            .args(["run", "--node-timeout", RUN_NODE_TIMEOUT, "-r", "degraded"])
+            .args(["run", "--node-timeout", NODE_TIMEOUT, "-r", "degraded"])
             .args(extra)
             .args(["--", "true"]);
         command

@@ -2,21 +2,14 @@
 //! figures, a slow node named, a frozen node survived, Ctrl-C cleaned up, `--json`, the
 //! refusals, and no key left behind on any node.
 
-mod cli_support;
-
 use std::process::Output;
 use std::time::Duration;
 
 use quorumlock_testkit::{Direction, ProxiedCluster, RedisCluster};
 use serde_json::Value;
-use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use cli_support::{bare, code, output, parse, stderr, stdout, Background, LIMIT};
-
-/// Well above the 50 ms default, so that a machine loaded by parallel builds does not
-/// turn slow answers into failed nodes.
-const NODE_TIMEOUT: &str = "250ms";
+use crate::support::{bare, code, events, output, stderr, stdout, Background, NODE_TIMEOUT};
 
 /// `quorumlock bench` on `urls`, with nothing from the caller's environment that could
 /// change its behaviour.
@@ -56,41 +49,10 @@ fn ms(value: &Value) -> f64 {
         .unwrap_or_else(|| panic!("not a number: {value}"))
 }
 
-/// What these tests read of a `bench --json` in the background: its stderr events as
-/// they come, its report at the end.
-impl Background {
-    /// Starts `command`, its stdout kept for the report.
-    fn bench(command: &mut Command) -> Self {
-        Self::reading_stdout(command)
-    }
-
-    /// Waits for the event that says the run has begun; returns it.
-    async fn started(&mut self) -> Value {
-        let event = self.next_event().await;
-        assert_eq!(event["event"], "bench_started", "{event}");
-        event
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.child.id().expect("still running").to_string();
-        let sent = std::process::Command::new("kill")
-            .args([&format!("-{name}"), &pid])
-            .status()
-            .expect("kill");
-        assert!(sent.success());
-    }
-
-    /// Waits for the end; returns the exit code, the report and the remaining events.
-    async fn report(mut self) -> (i32, Value, Vec<Value>) {
-        let mut stdout = String::new();
-        let mut pipe = self.child.stdout.take().expect("piped stdout");
-        tokio::time::timeout(LIMIT, pipe.read_to_string(&mut stdout))
-            .await
-            .expect("stdout closed in time")
-            .expect("stdout readable");
-        let (code, events) = self.finish().await;
-        (code, parse(&stdout), events)
-    }
+/// Waits for the event of a `bench --json` in the background that says the run has begun.
+async fn started(run: &mut Background) {
+    let event = run.next_event().await;
+    assert_eq!(event["event"], "bench_started", "{event}");
 }
 
 #[tokio::test]
@@ -169,10 +131,7 @@ async fn json_has_the_documented_fields_and_a_contended_run_leaves_no_key() {
     .await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     // Every stderr line is a JSON event; the first names the prefix.
-    let events: Vec<Value> = stderr(&out)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect();
+    let events = events(&out);
     assert_eq!(events[0]["event"], "bench_started");
     let report = report(&out);
     let prefix = report["key_prefix"].as_str().unwrap();
@@ -290,14 +249,14 @@ async fn a_slow_node_is_named_and_the_quorum_does_not_wait_for_it() {
 async fn a_frozen_node_shows_timeouts_and_the_run_completes() {
     let mut cluster = RedisCluster::start(5).await.unwrap();
     let frozen = 4;
-    let mut run = Background::bench(bench(&cluster.urls()).args([
+    let mut run = Background::reading_stdout(bench(&cluster.urls()).args([
         "--json",
         "--concurrency",
         "2",
         "--duration",
         "1200ms",
     ]));
-    run.started().await;
+    started(&mut run).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     cluster.node_mut(frozen).freeze().await.unwrap();
     let (code, report, events) = run.report().await;
@@ -338,14 +297,14 @@ async fn a_frozen_node_shows_timeouts_and_the_run_completes() {
 async fn a_node_lost_mid_run_is_reported_not_fatal() {
     let mut cluster = RedisCluster::start(3).await.unwrap();
     let lost = 0;
-    let mut run = Background::bench(bench(&cluster.urls()).args([
+    let mut run = Background::reading_stdout(bench(&cluster.urls()).args([
         "--json",
         "--concurrency",
         "2",
         "--duration",
         "1s",
     ]));
-    run.started().await;
+    started(&mut run).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     cluster.node_mut(lost).kill().await.unwrap();
     let (code, report, events) = run.report().await;
@@ -368,7 +327,7 @@ async fn a_node_lost_mid_run_is_reported_not_fatal() {
 async fn ctrl_c_mid_run_leaves_no_key() {
     let cluster = RedisCluster::start(3).await.unwrap();
     // Contended, so that waiters are queued on the nodes when the signal comes.
-    let mut run = Background::bench(bench(&cluster.urls()).args([
+    let mut run = Background::reading_stdout(bench(&cluster.urls()).args([
         "--json",
         "--contended",
         "--concurrency",
@@ -376,7 +335,7 @@ async fn ctrl_c_mid_run_leaves_no_key() {
         "--duration",
         "20s",
     ]));
-    run.started().await;
+    started(&mut run).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     run.signal("INT");
     let (code, report, _) = run.report().await;

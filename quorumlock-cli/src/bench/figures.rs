@@ -1,45 +1,32 @@
-//! Latency histograms (as in the benchmark harness, benches/scenarios/stats.rs) and the
-//! figures read from them.
+//! The figures the report reads from the latency histograms (recorded through the
+//! testkit's `measure`, as the benchmark harness records its own): milliseconds, the JSON
+//! summary of a distribution, latencies and rates as text, and terminal histograms.
 
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
+use quorumlock_testkit::measure::{self, Histogram};
 use serde_json::{json, Value};
 
-/// Latencies in microseconds, 1 µs to 10 minutes, 3 significant digits: a round trip
-/// across the world and a wait behind 64 holders both fit, at 0.1 % precision.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
-}
-
-/// Records one latency, saturating at the top (a sample past 10 minutes is still "slow").
-pub fn record(hist: &mut Histogram<u64>, latency: Duration) {
-    let micros = u64::try_from(latency.as_micros())
-        .unwrap_or(u64::MAX)
-        .max(1);
-    hist.saturating_record(micros);
-}
-
-/// Adds `other` into `into`; both come from [`histogram`], so the bounds match.
-pub fn merge(into: &mut Histogram<u64>, other: &Histogram<u64>) {
-    into.add(other).expect("same histogram bounds");
+/// A latency in milliseconds, the unit of the report.
+fn ms(latency: Duration) -> f64 {
+    latency.as_secs_f64() * 1_000.0
 }
 
 /// The latency at `quantile`, in milliseconds; `None` without samples.
 pub fn quantile_ms(hist: &Histogram<u64>, quantile: f64) -> Option<f64> {
-    (!hist.is_empty()).then(|| hist.value_at_quantile(quantile) as f64 / 1_000.0)
+    measure::quantile(hist, quantile).map(ms)
 }
 
 /// The largest latency, in milliseconds.
 pub fn max_ms(hist: &Histogram<u64>) -> Option<f64> {
-    (!hist.is_empty()).then(|| hist.max() as f64 / 1_000.0)
+    measure::max(hist).map(ms)
 }
 
 /// The figures of one distribution, for `--json`: sample count and milliseconds.
 pub fn summary_json(hist: &Histogram<u64>, quantiles: &[(&str, f64)]) -> Value {
     let mut value = json!({
         "count": hist.len(),
-        "mean_ms": (!hist.is_empty()).then(|| hist.mean() / 1_000.0),
+        "mean_ms": measure::mean(hist).map(ms),
         "max_ms": max_ms(hist),
     });
     for (name, quantile) in quantiles {
@@ -125,6 +112,8 @@ pub fn terminal_histogram(hist: &Histogram<u64>, rows: usize, width: usize) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use quorumlock_testkit::measure::{histogram, record};
 
     #[test]
     fn quantiles_are_in_milliseconds() {

@@ -3,12 +3,11 @@
 //! TLS, `--tls-insecure`, a refused private CA, and the operator commands on `rediss://`
 //! without any option.
 
-mod cli_support;
-
 use std::ffi::OsString;
 
-use cli_support::{bare, code, output, stderr, stdout};
 use quorumlock_testkit::{NodeOptions, NodeTls, RedisCluster, TestCertificates};
+
+use crate::support::{bare, code, output, stderr, stdout};
 
 async fn tls_cluster(nodes: usize, certs: &TestCertificates, auth_clients: bool) -> RedisCluster {
     let options = NodeOptions::default().with_tls(NodeTls::from_certificates(certs, auth_clients));

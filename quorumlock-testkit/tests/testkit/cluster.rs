@@ -1,4 +1,4 @@
-//! Tests of the test harness itself: real redis-server processes, failure injection, cleanup.
+//! The nodes: real redis-server processes, failure injection, clean-up.
 
 use std::time::Duration;
 
@@ -311,13 +311,14 @@ fn missing_binary_is_reported_clearly() {
     // variable is process-wide and other tests start clusters concurrently, so
     // the check runs in a child process of this test binary.
     let exe = std::env::current_exe().unwrap();
+    // The child's name as the test harness knows it: its path in this binary, without the
+    // binary's own name.
+    let child = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::missing_binary_child"),
+        None => "missing_binary_child".to_owned(),
+    };
     let output = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "missing_binary_child",
-            "--ignored",
-            "--nocapture",
-        ])
+        .args(["--exact", &child, "--ignored", "--nocapture"])
         .env("QUORUMLOCK_REDIS_SERVER", "/nonexistent/redis-server")
         .output()
         .unwrap();

@@ -4,15 +4,14 @@
 //! repository root does the same for the library's operations.
 
 // The user and its grant are the library test's own, so the two cannot drift apart.
-#[path = "../../tests/servers/acl_user.rs"]
+#[path = "../../../tests/servers/acl_user.rs"]
 mod acl_user;
-mod cli_support;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use acl_user::{acl_cluster, denials, user_urls, PREFIX};
-use cli_support::{bare, output};
+use self::acl_user::{acl_cluster, denials, user_urls, PREFIX};
+use crate::support::{bare, output};
 
 #[tokio::test]
 async fn a_user_with_exactly_the_listed_grants_runs_every_cli_command() {

@@ -2,14 +2,13 @@
 //! lock, `status` names the master that serves the lock's slot, and `release` deletes a
 //! lock by its token there and on a Sentinel-managed master (`redis+sentinel://`).
 
-mod cli_support;
-
 use std::time::Duration;
 
-use cli_support::{bare, code, output, stderr, stdout};
 use quorumlock::{LockConfig, RedisLock};
 use quorumlock_testkit::{SentinelDeployment, ShardedCluster};
 use tokio::process::Command;
+
+use crate::support::{bare, code, output, stderr, stdout};
 
 /// A three-master cluster, a `quorumlock` command with it as the one node, and a
 /// `RedisLock` on it.

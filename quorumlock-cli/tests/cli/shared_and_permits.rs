@@ -2,22 +2,9 @@
 //! against real redis-server nodes: shared runs run together and exclude the plain runs,
 //! at most K runs with permits run at once.
 
-mod cli_support;
-
 use quorumlock_testkit::RedisCluster;
-use tokio::process::Command;
 
-use cli_support::{bare, code, output, stderr, stdout, Background};
-
-async fn cluster(n: usize) -> RedisCluster {
-    RedisCluster::start(n).await.expect("redis-server nodes")
-}
-
-fn quorumlock(cluster: &RedisCluster) -> Command {
-    let mut command = bare();
-    command.env("QUORUMLOCK_NODES", cluster.urls().join(","));
-    command
-}
+use crate::support::{cluster, code, output, quorumlock, stderr, stdout, Background};
 
 /// A `run --json` of `sleep 30` holding `resource` with `extra`, once it has the lock.
 async fn holding(cluster: &RedisCluster, resource: &str, extra: &[&str]) -> Background {
@@ -27,8 +14,7 @@ async fn holding(cluster: &RedisCluster, resource: &str, extra: &[&str]) -> Back
             .args(extra)
             .args(["--", "sleep", "30"]),
     );
-    let acquired = holder.next_event().await;
-    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    holder.token().await;
     holder
 }
 

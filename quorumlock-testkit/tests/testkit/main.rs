@@ -1,0 +1,10 @@
+//! Tests of the test harness itself, on real redis-server processes: one test binary, a
+//! module per part.
+//!
+//! - [`cluster`]: the nodes, their failure injection (kill, freeze, restart, slow) and
+//!   their clean-up;
+//! - [`proxy`]: the fault proxy, on raw RESP bytes (`cargo test -p quorumlock-testkit
+//!   --test testkit proxy::`).
+
+mod cluster;
+mod proxy;
