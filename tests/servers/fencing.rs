@@ -52,7 +52,7 @@ async fn tokens_strictly_increase_and_counters_never_expire() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokens_increase_across_1000_holders_while_minority_nodes_restart() {
+async fn tokens_increase_across_400_holders_while_minority_nodes_restart() {
     // Counters must survive restarts (the documented requirement), so the nodes persist.
     let options = NodeOptions::default().with_persistence(Persistence::AppendFsyncAlways);
     let mut cluster = RedisCluster::start_with(5, options).await.unwrap();
@@ -69,7 +69,9 @@ async fn tokens_increase_across_1000_holders_while_minority_nodes_restart() {
         .unwrap();
     let lock = redlock(&cluster, patient).await;
     let mut last = 0;
-    for holder in 0..1_000 {
+    // Four rounds of restarts, two nodes each (0 and 2, 1 and 3, 2 and 4, 3 and 0): every
+    // node restarts at least once while the tokens go on increasing.
+    for holder in 0..HOLDERS {
         if holder % 100 == 50 {
             // Kill two nodes, hold a while on the other three, then bring them back.
             let victims = [holder / 100 % 5, (holder / 100 + 2) % 5];
@@ -93,8 +95,11 @@ async fn tokens_increase_across_1000_holders_while_minority_nodes_restart() {
         last = token;
         release_or_let_expire(guard, holder).await;
     }
-    assert!(last >= 1_000);
+    assert!(last >= u64::try_from(HOLDERS).unwrap());
 }
+
+/// How many holders take the fenced lock in turn.
+const HOLDERS: usize = 400;
 
 /// Releases `guard`; a release a quorum did not confirm in time (slow fsyncs on a loaded
 /// machine) is tolerated, since the keys expire within the 1 s TTL and the next holder's
