@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use crate::common::{cluster, command_calls, config, node_command, redlock, TTL};
+use quorumlock::LockConfig;
 
 /// The system allocator, counting the bytes allocated and freed on the threads that count.
 struct Counting;
@@ -84,7 +85,14 @@ fn a_frozen_node_costs_bounded_memory_and_gets_no_burst_at_thaw() {
 
 async fn frozen_node() {
     let mut cluster = cluster(5).await;
-    let lock = redlock(&cluster, config(TTL)).await;
+    // The library's default per-node timeout: how soon a silent connection is given up,
+    // and so how much is written to it meanwhile, depends on it.
+    let defaults = config(TTL)
+        .to_builder()
+        .node_timeout(LockConfig::DEFAULT_NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    let lock = redlock(&cluster, defaults).await;
     for i in 0..500 {
         crate::common::acquire_and_release(&lock, &format!("warm:{}", i % 8)).await;
     }
