@@ -290,7 +290,9 @@ async fn latency_above_the_ttl_on_a_majority_is_rejected_and_every_node_unlocked
     for url in &urls[0..3] {
         assert_names(&err, url, is_timeout, "a timeout");
     }
-    assert!(took < ttl / 2, "rejected after {took:?}");
+    // Decided by the per-node timeouts, before any slow reply could arrive (with the
+    // load margin to spare: two timeouts of 100 ms are expected).
+    assert!(took < latency, "rejected after {took:?}");
     for i in 3..5 {
         assert!(
             cluster.node(i).keys(LOCK_KEYS).await.unwrap().is_empty(),
