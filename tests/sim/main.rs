@@ -13,3 +13,4 @@
 mod support;
 
 mod handoff;
+mod rwlock;

@@ -16,10 +16,12 @@ pub fn cluster(n: usize) -> SimCluster {
     cluster
 }
 
-/// A config without retries, with `ttl`.
+/// A config without retries, with `ttl`; short TTLs get a per-node timeout of a tenth of
+/// the TTL (the longest a config allows), as in `tests/servers/`.
 pub fn config(ttl: Duration) -> LockConfig {
     LockConfig::builder()
         .ttl(ttl)
+        .node_timeout(LockConfig::DEFAULT_NODE_TIMEOUT.min(ttl / 10))
         .retry_count(0)
         .build()
         .expect("valid test config")
