@@ -14,3 +14,4 @@ mod support;
 
 mod handoff;
 mod rwlock;
+mod semaphore;
