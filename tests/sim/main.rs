@@ -12,6 +12,7 @@
 
 mod support;
 
+mod election;
 mod handoff;
 mod rwlock;
 mod semaphore;
