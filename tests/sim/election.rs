@@ -16,6 +16,19 @@ use crate::support::{client, cluster, config, TTL};
 /// How often observers ask who leads.
 const OBSERVE_EVERY: Duration = Duration::from_millis(20);
 
+/// The retry delay of a campaign, exact (no jitter), so that every run is the same.
+const RETRY_DELAY: Duration = Duration::from_millis(20);
+
+/// How long a waiting candidate stays in the lock's line: its lock's 1 + 5 attempts (a
+/// plain one and a queued one at once, then four more a [`RETRY_DELAY`] apart) run out
+/// after 80 ms; the campaign then leaves the line and joins it again one retry delay
+/// later. The tests hand over to a candidate while it waits in line.
+const IN_LINE: Duration = Duration::from_millis(80);
+
+/// When the tests hand over to a waiting candidate, after its start: in line.
+const HAND_OVER: Duration = Duration::from_millis(50);
+const _: () = assert!(HAND_OVER.as_millis() < IN_LINE.as_millis());
+
 /// The test config with fencing (the simulated nodes keep their counters: the tests do
 /// not restart them) and retries a waiting candidate can follow closely.
 fn fenced(ttl: Duration) -> LockConfig {
@@ -24,8 +37,8 @@ fn fenced(ttl: Duration) -> LockConfig {
         .fencing(true)
         .fencing_on_volatile_nodes(true)
         .retry_count(5)
-        .retry_delay(Duration::from_millis(20))
-        .retry_jitter(Duration::from_millis(10))
+        .retry_delay(RETRY_DELAY)
+        .retry_jitter(Duration::ZERO)
         .build()
         .unwrap()
 }
@@ -73,9 +86,9 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
         Some(leading.leader())
     );
 
-    // The second candidate waits while the first leads, until its timeout: at the
-    // deadline, or less than one retry wait (20 ± 10 ms) before it, when the next wait
-    // would end past it.
+    // The second candidate waits while the first leads, until its timeout: it gives up
+    // as soon as its next attempt would come at or past the deadline, one retry delay
+    // before it.
     let timeout = Duration::from_millis(300);
     let started = Instant::now();
     let waiting = second.campaign_timeout("host-b", timeout).await;
@@ -83,11 +96,7 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
         matches!(waiting, Err(LockError::TimedOut { .. })),
         "{waiting:?}"
     );
-    let waited = started.elapsed();
-    assert!(
-        timeout - Duration::from_millis(30) <= waited && waited <= timeout,
-        "gave up after {waited:?}"
-    );
+    assert_eq!(started.elapsed(), timeout - RETRY_DELAY, "gave up then");
 
     // It left the line as it gave up; the next candidate waits in it.
     let queue = format!("quorumlock:waiters:{}", leading.guard().key());
@@ -103,7 +112,7 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
             (Instant::now(), leadership)
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(HAND_OVER).await;
     assert!(!candidate.is_finished(), "elected beside a leader");
     assert_eq!(in_line(&cluster, &queue), 5, "the candidate waits in line");
     let old_token = leading.fencing_token();
@@ -139,8 +148,10 @@ async fn a_dropped_leader_hands_over_at_once() {
         let leadership = second.campaign("host-b").await;
         (Instant::now(), leadership)
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(HAND_OVER).await;
     assert!(!candidate.is_finished(), "elected beside a leader");
+    let queue = format!("quorumlock:waiters:{}", leading.guard().key());
+    assert_eq!(in_line(&cluster, &queue), 5, "the candidate waits in line");
     let dropped_at = Instant::now();
     drop(leading); // a crash in the leader's task: resigned in the background
     let (elected_at, next) = candidate.await.unwrap();
