@@ -175,6 +175,12 @@ async fn a_waiting_writer_keeps_new_readers_out_and_gets_in() {
     };
     tokio::time::sleep(WAIT).await;
     assert!(!writer.is_finished(), "the writer got in past a reader");
+    for node in 0..5 {
+        assert!(
+            !on_node(&cluster, node, &lenient.writer_waiting_key()),
+            "node {node}: a writer-waiting mark without writer preference"
+        );
+    }
     lenient
         .try_read()
         .await
