@@ -1,13 +1,16 @@
 //! Leader election on real redis-server nodes: one leader at a time with strictly
-//! increasing tokens, observers that follow the terms, two of five nodes down, a frozen
-//! node, a leader dropped, and a leader cut off past its TTL by a frozen majority.
+//! increasing tokens and an observer that follows the terms; two of five nodes down and a
+//! frozen one, whose requests a thawed Redis runs late (the simulated node's
+//! `lose_replies` loses them). The election's logic (a waiting candidate, a dropped
+//! leader, a leader cut off past its TTL, its settings, stale records) is tested on the
+//! simulation, `tests/sim/election.rs`.
 
 use std::time::Duration;
 
-use crate::common::{cluster, config, redlock, TTL};
+use crate::common::{cluster, config, eventually, redlock, TTL};
 use futures::StreamExt;
-use quorumlock::{ConfigError, Election, LeaseEnd, LockConfig, LockError, Redlock};
-use tokio::time::Instant;
+use quorumlock::{Election, LockConfig, LockError, Redlock};
+use quorumlock_testkit::RedisCluster;
 
 /// The test config with fencing (the nodes keep no append-only file: the tests do not
 /// restart them) and retries a waiting candidate can follow closely.
@@ -23,11 +26,17 @@ fn fenced(ttl: Duration) -> LockConfig {
         .unwrap()
 }
 
-async fn election(cluster: &quorumlock_testkit::RedisCluster, ttl: Duration) -> Election<Redlock> {
+async fn election(cluster: &RedisCluster, ttl: Duration) -> Election<Redlock> {
     let lock = redlock(cluster, fenced(ttl)).await;
     Election::new(lock, "billing")
         .unwrap()
         .observe_every(Duration::from_millis(20))
+}
+
+/// Whether each node has a line of waiters at `queue`.
+async fn in_line(cluster: &RedisCluster, queue: &str) -> Vec<bool> {
+    let queues = cluster.keys(queue).await.expect("list the queues");
+    queues.iter().map(|keys| !keys.is_empty()).collect()
 }
 
 #[tokio::test]
@@ -59,11 +68,21 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
         "{waiting:?}"
     );
 
+    // The candidate that timed out left the line; the next one waits in it.
+    let queue = format!("quorumlock:waiters:{}", leading.guard().key());
+    eventually("the line empty", Duration::from_secs(10), || async {
+        !in_line(&cluster, &queue).await.contains(&true)
+    })
+    .await;
     let candidate = {
         let second = second.clone();
         tokio::spawn(async move { second.campaign("host-b").await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    eventually("the candidate in line", Duration::from_secs(10), || async {
+        !in_line(&cluster, &queue).await.contains(&false)
+    })
+    .await;
+    assert!(!candidate.is_finished(), "elected beside a leader");
     let old_token = leading.fencing_token();
     leading.resign().await.unwrap();
     let next = candidate.await.unwrap().unwrap();
@@ -78,6 +97,10 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
     assert_eq!(first.leader().await.unwrap(), None);
 }
 
+/// On a real server only: the thawed node runs the campaign's `SET` that reached it while
+/// it was stopped, so it holds the term when a second node goes down and the
+/// proclamation finds three of five holding the lock. A simulated node that loses
+/// requests (`lose_replies`) never got the `SET`, and the proclamation has no quorum.
 #[tokio::test]
 async fn elections_run_with_two_of_five_nodes_down_and_one_frozen_slows_nothing() {
     let mut cluster = cluster(5).await;
@@ -105,109 +128,4 @@ async fn elections_run_with_two_of_five_nodes_down_and_one_frozen_slows_nothing(
     );
     leading.resign().await.unwrap();
     assert_eq!(candidate.leader().await.unwrap(), None);
-}
-
-#[tokio::test]
-async fn a_dropped_leader_hands_over_at_once() {
-    let cluster = cluster(5).await;
-    let first = election(&cluster, TTL).await;
-    let second = election(&cluster, TTL).await;
-    let leading = first.campaign("host-a").await.unwrap();
-    let candidate = tokio::spawn(async move { second.campaign("host-b").await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let dropped_at = Instant::now();
-    drop(leading); // a crash in the leader's task: resigned in the background
-    let next = candidate.await.unwrap().unwrap();
-    assert!(
-        dropped_at.elapsed() < Duration::from_secs(2),
-        "long before the 10 s TTL"
-    );
-    assert_eq!(next.value(), "host-b");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_cut_off_past_its_ttl_is_told_before_the_next_is_elected() {
-    let mut cluster = cluster(5).await;
-    let ttl = Duration::from_millis(1000);
-    let first = election(&cluster, ttl).await;
-    let second = election(&cluster, ttl).await;
-    let leading = first.campaign("host-a").await.unwrap();
-    let lost = leading.lost();
-    let deadline_then = leading.deadline();
-
-    // A majority freezes for longer than the TTL: no extension can be confirmed.
-    for i in 0..3 {
-        cluster.node_mut(i).freeze().await.unwrap();
-    }
-    let candidate = tokio::spawn(async move {
-        let leadership = second.campaign("host-b").await.unwrap();
-        (Instant::now(), leadership)
-    });
-    let end = tokio::time::timeout(Duration::from_secs(3), lost.wait())
-        .await
-        .expect("the lost signal fires");
-    let lost_at = Instant::now();
-    assert!(matches!(end, LeaseEnd::Lost(_)), "{end}");
-    assert!(
-        lost_at <= deadline_then + ttl,
-        "fired before the last extended deadline"
-    );
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    for i in 0..3 {
-        cluster.node_mut(i).thaw().await.unwrap();
-    }
-    let (elected_at, next) = candidate.await.unwrap();
-    assert!(
-        lost_at < elected_at,
-        "the old leader knew before the new one was elected"
-    );
-    assert!(next.fencing_token() > leading.fencing_token());
-}
-
-#[tokio::test]
-async fn bad_settings_and_values_are_refused() {
-    let cluster = cluster(1).await;
-    let unfenced = redlock(&cluster, config(TTL)).await;
-    let error = Election::new(unfenced, "billing").unwrap_err();
-    assert!(
-        matches!(
-            error,
-            LockError::Config(ConfigError::FencingRequired { .. })
-        ),
-        "{error}"
-    );
-    let candidate = election(&cluster, TTL).await;
-    let long = "x".repeat(Election::<Redlock>::MAX_VALUE_LEN + 1);
-    let error = candidate.campaign(&long).await.unwrap_err();
-    assert!(
-        matches!(
-            error,
-            LockError::Config(ConfigError::LeaderValueTooLong { .. })
-        ),
-        "{error}"
-    );
-    let fenced_lock = redlock(&cluster, fenced(TTL)).await;
-    assert!(matches!(
-        Election::new(fenced_lock, "").unwrap_err(),
-        LockError::InvalidResource { .. }
-    ));
-}
-
-#[tokio::test]
-async fn a_record_counts_only_while_its_term_holds_the_lock() {
-    let cluster = cluster(3).await;
-    let candidate = election(&cluster, TTL).await;
-    candidate
-        .campaign("host-a")
-        .await
-        .unwrap()
-        .resign()
-        .await
-        .unwrap();
-    // The next holder of the lock has not recorded anything yet (it is between winning
-    // and proclaiming): the old record, still on the nodes, is not its.
-    let plain = redlock(&cluster, fenced(TTL)).await;
-    let holder = plain.try_acquire("billing").await.unwrap();
-    assert_eq!(candidate.leader().await.unwrap(), None);
-    holder.release().await.unwrap();
 }

@@ -12,9 +12,12 @@
 
 mod support;
 
+mod election;
 mod extension;
 mod factory;
 mod handoff;
 mod multi;
 mod redlock;
+mod rwlock;
+mod semaphore;
 mod settings;

@@ -17,7 +17,7 @@ pub fn cluster(n: usize) -> SimCluster {
 }
 
 /// A config without retries, with `ttl`; short TTLs get a per-node timeout of a tenth of
-/// the TTL.
+/// the TTL (the longest a config allows), as in `tests/servers/`.
 pub fn config(ttl: Duration) -> LockConfig {
     LockConfig::builder()
         .ttl(ttl)
