@@ -12,4 +12,5 @@
 
 mod support;
 
+mod cohort;
 mod handoff;
