@@ -13,4 +13,5 @@
 mod support;
 
 mod cohort;
+mod fairness;
 mod handoff;
