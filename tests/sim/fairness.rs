@@ -443,6 +443,20 @@ async fn a_dead_waiter_holds_the_line_up_only_until_its_place_lapses() {
     std::mem::forget(dead);
     let (dead_waiter, dead_attempts) = queued_attempts(&cluster, "dead");
     // Its place lapses a place lifetime after its last queued attempt.
+    let lifetimes: Vec<Duration> = cluster
+        .log()
+        .iter()
+        .filter_map(|(_, record)| match record.op {
+            Op::LockQueued { lifetime, .. } if record.client.as_deref() == Some("dead") => {
+                Some(lifetime)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        lifetimes.iter().all(|&lifetime| lifetime == PATIENT_PLACE),
+        "{lifetimes:?}"
+    );
     let lapses = dead_attempts[0] + PATIENT_PLACE;
     assert!(dead_attempts.iter().all(|&at| at == dead_attempts[0]));
 
