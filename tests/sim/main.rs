@@ -12,9 +12,17 @@
 
 mod support;
 
+mod cohort;
 mod election;
 mod extension;
 mod factory;
+mod fairness;
+mod handoff;
+mod multi;
+mod redlock;
+mod rwlock;
+mod semaphore;
+mod settings;
 mod handoff;
 mod multi;
 mod redlock;

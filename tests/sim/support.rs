@@ -1,10 +1,12 @@
 //! What the simulated tests share: clusters of simulated nodes that announce releases, as
 //! Redis nodes do by default, and the configurations the tests use.
 
+use std::future::Future;
 use std::time::Duration;
 
 use quorumlock::sim::SimCluster;
 use quorumlock::{LockConfig, LockGuard, Redlock};
+use tokio_test::task::Spawn;
 
 /// A TTL that never runs out by accident: virtual time only moves when the test lets it.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -68,4 +70,19 @@ pub fn all_keys(cluster: &SimCluster) -> Vec<(usize, String)> {
         .enumerate()
         .flat_map(|(i, node)| node.keys().into_iter().map(move |key| (i, key)))
         .collect()
+}
+
+/// Drives `task` while `time` of virtual time passes, polling it on every wake as a runtime
+/// polls a task, and asserts that it is still waiting then. The task is left as it is: to
+/// be polled on, dropped, or never polled again (a process that stopped).
+pub async fn pending_for<T: Future>(task: &mut Spawn<T>, time: Duration) {
+    let ended = tokio::time::timeout(time, &mut *task).await.is_ok();
+    assert!(!ended, "the task ended within {time:?}");
+    assert!(task.poll().is_pending(), "the task ended within {time:?}");
+}
+
+/// Lets what the clients sent in the background (releases, queue exits) land: the nodes
+/// answer in no virtual time unless a delay is set, so a millisecond is plenty.
+pub async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
 }
