@@ -67,9 +67,11 @@ async fn a_node_cut_off_and_healed_grants_locks_again_within_two_seconds() {
     assert!(served > 0, "no lock with four of five nodes");
     cluster.proxy(0).heal().await.unwrap();
     let healed = Instant::now();
-    eventually("node 0 grants locks again", HEALED_WITHIN + LOAD_MARGIN, || {
-        node_grants(&lock, &cluster, 0, "healing")
-    })
+    eventually(
+        "node 0 grants locks again",
+        HEALED_WITHIN + LOAD_MARGIN,
+        || node_grants(&lock, &cluster, 0, "healing"),
+    )
     .await;
     eprintln!("node 0 granted again {:?} after the heal", healed.elapsed());
 }
