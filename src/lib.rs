@@ -194,7 +194,6 @@ pub use redis;
 #[cfg(test)]
 mod allocations;
 mod bounds;
-mod cohort;
 mod config;
 mod election;
 mod error;

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::cohorts::Seat;
 use super::family::Claim;
 use super::rounds::{Answer, Command, Wait};
 use super::Coordinator;
-use crate::cohort::Seat;
 use crate::config::{micros, millis};
 use crate::error::{LockError, Tally};
 use crate::fencing;
@@ -255,7 +255,7 @@ impl Coordinator {
 
     /// [`acquire`](Self::acquire), noting the resource and the attempts on `span`. With
     /// cohorts on, it also waits in this process's line of the keys, where a task that
-    /// holds them may pass them on (see `cohort`): whichever comes first wins, and the
+    /// holds them may pass them on (see `cohorts`): whichever comes first wins, and the
     /// other is given up (a lock won on the nodes drops the seat, whose baton, if one came
     /// meanwhile, goes to the next seat). It sits down at once when the keys are contended
     /// in this process (a line, a turn, or a refusal within the last second), else only

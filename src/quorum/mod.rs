@@ -10,6 +10,9 @@
 //!   blocking acquire that repeats it, with the drop guards that make both cancel-safe.
 //! - `held`: what a held lock's [`Lease`] asks of the nodes: release, refresh, holds.
 //! - `stragglers`: the requests a decided round leaves in flight.
+//! - `cohorts`: the lines of this process's waiters, and the pass of a released lock to
+//!   the next of them ([`Baton`](cohorts::Baton)), bounded by the coordinator's
+//!   configuration.
 //! - `family`: what the read-write lock and the election ask beyond the mutex: an
 //!   acquisition by another lock request ([`Claim`]), the leader's record.
 //!
@@ -23,6 +26,7 @@
 //! [`Lease`]: crate::lease::Lease
 
 mod acquire;
+mod cohorts;
 mod family;
 mod held;
 mod rounds;
@@ -30,7 +34,6 @@ mod stragglers;
 
 use std::sync::Arc;
 
-use crate::cohort::Cohorts;
 use crate::config::LockConfig;
 use crate::error::{LockError, Tally};
 use crate::handoff::HandOff;
@@ -38,6 +41,8 @@ use crate::metrics::{Counters, NodeMetrics};
 use crate::node::LockNode;
 use crate::observe::Observed;
 use crate::round::NodeSet;
+
+use self::cohorts::Cohorts;
 
 pub(crate) use self::family::Claim;
 

@@ -32,9 +32,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::Coordinator;
+use crate::error::LeaseEnd;
 use crate::lease::Lease;
 use crate::metrics::Counters;
-use crate::quorum::Coordinator;
 use crate::resource::Keys;
 
 /// The lines of this process's blocking acquisitions, per set of keys and TTL, that a
@@ -284,7 +285,7 @@ impl Drop for Baton {
     fn drop(&mut self) {
         if let Some(lease) = self.lease.take() {
             if let Err(lease) = self.coordinator.pass_on(lease) {
-                lease.end(crate::error::LeaseEnd::Released);
+                lease.end(LeaseEnd::Released);
                 self.coordinator.release_in_background(lease);
             }
         }
