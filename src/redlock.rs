@@ -318,11 +318,11 @@ impl DistributedLock for Redlock {
     }
 }
 
-impl crate::family::sealed::Sealed for Redlock {
+impl crate::quorum_lock::sealed::Sealed for Redlock {
     #[allow(private_interfaces)] // the trait is sealed: only this crate can call it
     fn inner(&self) -> &Lock {
         &self.lock
     }
 }
 
-impl crate::family::QuorumLock for Redlock {}
+impl crate::quorum_lock::QuorumLock for Redlock {}

@@ -244,11 +244,11 @@ impl DistributedLock for RedisLock {
     }
 }
 
-impl crate::family::sealed::Sealed for RedisLock {
+impl crate::quorum_lock::sealed::Sealed for RedisLock {
     #[allow(private_interfaces)] // the trait is sealed: only this crate can call it
     fn inner(&self) -> &Lock {
         &self.lock
     }
 }
 
-impl crate::family::QuorumLock for RedisLock {}
+impl crate::quorum_lock::QuorumLock for RedisLock {}

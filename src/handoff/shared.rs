@@ -8,9 +8,9 @@ use tokio::sync::OnceCell;
 use super::turns::LocalQueues;
 use super::watches::ReleaseWatches;
 use crate::config::micros;
+use crate::fan_out::{spawn_detached, NodeSet, Round};
 use crate::node::QueuePlace;
 use crate::resource::Keys;
-use crate::round::{spawn_detached, NodeSet, Round};
 use crate::token::LockToken;
 
 /// The hand-off state of one set of node connections, shared by every lock on them (clones,

@@ -268,7 +268,7 @@ impl Drop for Awaited<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::tests::Wakes;
+    use crate::fan_out::tests::Wakes;
 
     fn kept(
         request: impl Future<Output = RedisResult<Value>> + Send + 'static,

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::claim::Claim;
 use super::cohorts::Seat;
-use super::family::Claim;
-use super::rounds::{Answer, Command, Wait};
+use super::votes::{Answer, Command, Wait};
 use super::Coordinator;
 use crate::config::{micros, millis};
 use crate::error::{LockError, Tally};
+use crate::fan_out::spawn_detached;
 use crate::fencing;
 use crate::handoff::{Asking, Next, TurnTimedOut, Waiter};
 use crate::lease::Lease;
@@ -21,7 +22,6 @@ use crate::metrics::Counters;
 use crate::observe;
 use crate::resource::{Keys, Resources};
 use crate::retry::retry_wait;
-use crate::round::spawn_detached;
 use crate::token::LockToken;
 
 impl Coordinator {

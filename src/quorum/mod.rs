@@ -5,7 +5,9 @@
 //! the same command sent to every node at once, each reply bounded by the per-node timeout,
 //! and the replies counted until the outcome is decided.
 //!
-//! - `rounds`: sending a command to the nodes and counting the replies into a [`Tally`].
+//! - `votes`: the command a round sends to every node (over a [`Round`] of
+//!   [`fan_out`](crate::fan_out)), and its replies counted into a [`Tally`] until a quorum
+//!   agreed or can no longer agree; the fencing counters' rounds.
 //! - `acquire`: one attempt (the lock round, the validity check, the rollback) and the
 //!   blocking acquire that repeats it, with the drop guards that make both cancel-safe.
 //! - `held`: what a held lock's [`Lease`] asks of the nodes: release, refresh, holds.
@@ -13,8 +15,9 @@
 //! - `cohorts`: the lines of this process's waiters, and the pass of a released lock to
 //!   the next of them ([`Baton`](cohorts::Baton)), bounded by the coordinator's
 //!   configuration.
-//! - `family`: what the read-write lock and the election ask beyond the mutex: an
-//!   acquisition by another lock request ([`Claim`]), the leader's record.
+//! - `claim`: an acquisition by another lock request than the mutex's ([`Claim`]: the
+//!   sides of a read-write lock).
+//! - `leader_record`: an election leader's record, written to and read from a quorum.
 //!
 //! An acquisition hands out a [`Lease`], not a guard: the guard sits above the
 //! coordinator, which it calls for each of its operations.
@@ -23,28 +26,30 @@
 //! and advance, so the same code runs on a simulated timeline.
 //!
 //! [`Tally`]: crate::Tally
+//! [`Round`]: crate::fan_out::Round
 //! [`Lease`]: crate::lease::Lease
 
 mod acquire;
+mod claim;
 mod cohorts;
-mod family;
 mod held;
-mod rounds;
+mod leader_record;
 mod stragglers;
+mod votes;
 
 use std::sync::Arc;
 
 use crate::config::LockConfig;
 use crate::error::{LockError, Tally};
+use crate::fan_out::NodeSet;
 use crate::handoff::HandOff;
 use crate::metrics::{Counters, NodeMetrics};
 use crate::node::LockNode;
 use crate::observe::Observed;
-use crate::round::NodeSet;
 
 use self::cohorts::Cohorts;
 
-pub(crate) use self::family::Claim;
+pub(crate) use self::claim::Claim;
 
 /// The Redlock algorithm over a fixed set of nodes with one configuration.
 pub(crate) struct Coordinator {

@@ -15,13 +15,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::family::{retry_until, QuorumLock};
 use crate::guard::LockGuard;
 use crate::lease::LostSignal;
 use crate::lock::Lock;
 use crate::node::scripts::{READERS_PREFIX, READER_PREFIX, WRITER_WAITING_PREFIX};
 use crate::quorum::Claim;
+use crate::quorum_lock::QuorumLock;
 use crate::resource::{Name, Resources};
+use crate::retry::retry_until;
 use crate::token::LockToken;
 
 /// A read-write lock shared by many processes through the lock's nodes: any number of
@@ -248,7 +249,7 @@ impl<L: QuorumLock> RwLock<L> {
     }
 
     fn inner(&self) -> &Lock {
-        crate::family::sealed::Sealed::inner(&self.lock)
+        crate::quorum_lock::sealed::Sealed::inner(&self.lock)
     }
 
     fn deadline_in(&self, timeout: Duration) -> Option<Instant> {

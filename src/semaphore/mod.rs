@@ -213,7 +213,7 @@ impl<L: DistributedLock> Semaphore<L> {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<Permit, LockError> {
         let config = self.config();
-        crate::family::retry_until(config, &self.name, deadline, || self.try_acquire()).await
+        crate::retry::retry_until(config, &self.name, deadline, || self.try_acquire()).await
     }
 }
 

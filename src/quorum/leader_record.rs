@@ -1,72 +1,19 @@
-//! What the lock family asks of the coordinator beyond the mutex: an acquisition by
-//! another lock request (the sides of a read-write lock), and an election leader's record
-//! written to and read from a quorum. Every lease they make is a mutex lease: released,
-//! extended and checked by the mutex's own rounds.
+//! An election leader's record, written beside the lock key on a quorum of nodes while
+//! the leader holds the lock, and read back from a quorum.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use super::rounds::{Command, Wait};
 use super::stragglers::finish_in_background;
+use super::votes::{Command, Wait};
 use super::Coordinator;
 use crate::error::LockError;
-use crate::handoff::Asking;
+use crate::fan_out::Round;
 use crate::lease::Lease;
-use crate::resource::{Keys, Resources};
-use crate::round::Round;
-
-/// The lock request an acquisition sends instead of the mutex's.
-#[derive(Debug, Clone)]
-pub(crate) enum Claim {
-    /// A reader's entry, beside the write side's key `writer`.
-    Shared {
-        /// The write side's key.
-        writer: Arc<str>,
-    },
-    /// The write side; when refused, keeps new readers out for `waiting`.
-    Exclusive {
-        /// How long a refused writer keeps new readers out; `None` for one attempt only.
-        waiting: Option<Duration>,
-    },
-}
-
-impl Claim {
-    /// The lock command of this claim, for a lease of `ttl`.
-    pub(super) fn command(&self, ttl: Duration) -> Command {
-        match self {
-            Claim::Shared { writer } => Command::LockShared(ttl, Arc::clone(writer)),
-            Claim::Exclusive { waiting } => Command::LockExclusive(ttl, *waiting),
-        }
-    }
-}
+use crate::resource::Keys;
 
 impl Coordinator {
-    /// One acquisition round of `resources` by `claim`: the mutex's round (quorum,
-    /// validity, fencing, rollback on every node that may hold the keys, cancel safety)
-    /// with another lock request.
-    pub(crate) async fn try_claim(
-        self: &Arc<Self>,
-        resources: &Resources,
-        claim: &Claim,
-    ) -> Result<Arc<Lease>, LockError> {
-        let span = tracing::debug_span!(
-            "quorumlock.acquire",
-            resource = resources.name(),
-            attempts = 1,
-            outcome = tracing::field::Empty,
-        );
-        let started = Instant::now();
-        let result = self
-            .attempt(resources, &Asking::Plain, Some(claim))
-            .instrument(span.clone())
-            .await;
-        self.acquisition_ended(&span, &result, started);
-        result
-    }
-
     /// Records `record` beside the lease's key on every node that still holds its token;
     /// `Ok` once a quorum did, before the lease's deadline.
     pub(crate) async fn proclaim(&self, lease: &Lease, record: &str) -> Result<(), LockError> {

@@ -7,11 +7,11 @@ use std::time::Duration;
 use super::Coordinator;
 use crate::config::micros;
 use crate::error::{LockError, NodeError, NodeFailure, Tally};
+use crate::fan_out::Round;
 use crate::fencing::{CounterQuorum, CounterRequest};
 use crate::metrics::Counters;
 use crate::node::QueuePlace;
 use crate::resource::Keys;
-use crate::round::Round;
 use crate::token::LockToken;
 
 /// The command a round sends to every node.

@@ -1,5 +1,6 @@
-//! [`Round`]: the requests one operation sends to the nodes at once, under one deadline;
-//! and the background, where the rounds and remainders nobody awaits run.
+//! Fan-out: the requests one operation sends to the nodes at once, under one deadline
+//! ([`Round`]); and the background, where the rounds and remainders nobody awaits run.
+//! The coordinator's rounds (`quorum::votes`) and the hand-off's watches send through it.
 //!
 //! Every request of a round starts at the same moment with the same per-node timeout, so
 //! one timer serves the whole round: when it fires, each node that has not answered yet
