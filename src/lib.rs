@@ -207,6 +207,7 @@ mod lock;
 mod metrics;
 pub mod node;
 mod observe;
+pub mod protocol;
 mod quorum;
 mod quorum_lock;
 mod redlock;

@@ -263,7 +263,7 @@ mod tests {
             format!("quorumlock:waiters:{key}"),
             format!("quorumlock:waiter-deadlines:{key}"),
             format!("quorumlock:watched:{key}"),
-            crate::fencing::counter_key(&key),
+            crate::protocol::keys::counter_key(&key),
         ] {
             assert_eq!(Slot::for_key(&derived), slot, "{derived}");
         }

@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::{command_calls, eventually, TTL};
-use quorumlock::fencing::counter_key;
+use quorumlock::protocol::keys::counter_key;
 use quorumlock::{LockConfig, LockError, RedisLock, Redlock};
 use quorumlock_testkit::{RedisCluster, ShardedCluster};
 

@@ -8,12 +8,13 @@
 //!
 //! # How tokens are minted
 //!
-//! Each node keeps a counter per resource (`quorumlock:fence:<key>`, never expiring). After
-//! winning the lock, the holder reads the counter from a majority of nodes, takes the
-//! maximum, and raises the counter to `max + 1` on a majority before using it. Any two
-//! majorities share a node, so the next holder reads at least this token and mints a larger
-//! one. A plain `INCR` on each node with the maximum taken would not be monotonic: two
-//! holders whose majorities differ can see the same maximum.
+//! Each node keeps a counter per resource (`quorumlock:fence:<key>`, never expiring: see
+//! [`counter_key`](crate::protocol::keys::counter_key)). After winning the lock, the
+//! holder reads the counter from a majority of nodes, takes the maximum, and raises the
+//! counter to `max + 1` on a majority before using it. Any two majorities share a node,
+//! so the next holder reads at least this token and mints a larger one. A plain `INCR` on
+//! each node with the maximum taken would not be monotonic: two holders whose majorities
+//! differ can see the same maximum.
 //!
 //! # Limits
 //!
@@ -42,12 +43,6 @@ pub(crate) use self::mint::{mint, CounterQuorum, CounterRequest};
 
 /// The largest fencing token: Redis scripts compute in doubles, exact up to 2^53.
 pub const MAX_TOKEN: u64 = 1 << 53;
-
-/// The key of the fencing counter of the lock key `key` on each lock node (see
-/// [`LockConfig::key_for`](crate::LockConfig::key_for) for the lock key of a resource).
-pub fn counter_key(key: &str) -> String {
-    format!("quorumlock:fence:{key}")
-}
 
 /// The key where [`fenced_set`] and [`fenced_claim`] keep the highest token they accepted
 /// for `key`.

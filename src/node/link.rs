@@ -444,14 +444,6 @@ fn is_broken(err: &RedisError) -> bool {
     err.is_connection_dropped() || err.is_io_error() || err.kind() == ErrorKind::Io
 }
 
-/// Whether `err` means the node could not be reached (rather than that it answered).
-pub(crate) fn is_unreachable(err: &RedisError) -> bool {
-    err.is_io_error()
-        || err.is_connection_refusal()
-        || err.is_connection_dropped()
-        || err.is_timeout()
-}
-
 /// The error a request gets when no connection can take it.
 fn not_connected(reason: &str) -> RedisError {
     RedisError::from(std::io::Error::new(

@@ -19,18 +19,16 @@
 mod address;
 mod cluster;
 mod identity;
-pub(crate) mod link;
+mod link;
 mod redis;
 mod releases;
 mod request;
-pub(crate) mod scripts;
 mod sentinel;
 mod sharded;
 mod silence;
 mod transport;
 mod unawaited;
 mod watch;
-pub(crate) mod wire;
 
 use std::fmt;
 use std::future::Future;

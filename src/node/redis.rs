@@ -16,9 +16,8 @@ use tokio::time::Instant;
 
 use super::cluster::ClusterLink;
 use super::identity::{Admission, Rejection};
-use super::link::{is_unreachable, Link, LinkSettings};
-use super::releases::{ReleaseListener, RELEASE_CHANNEL_PREFIX, SHARDED_RELEASE_CHANNEL_PREFIX};
-use super::scripts::{CachedScript, NodeScripts, Resend};
+use super::link::{Link, LinkSettings};
+use super::releases::ReleaseListener;
 use super::sentinel::Connector;
 use super::sharded::ShardedListener;
 use super::transport::Transport;
@@ -27,6 +26,8 @@ use super::{client_name, redact_url, NodeReply, Target};
 use crate::config::{LockConfig, ReplicaAcks};
 use crate::error::{LockError, NodeError};
 use crate::metrics::Counters;
+use crate::protocol::keys::{RELEASE_CHANNEL_PREFIX, SHARDED_RELEASE_CHANNEL_PREFIX};
+use crate::protocol::{is_unreachable, CachedScript, NodeScripts, Resend};
 
 /// A Redis server used as a lock node.
 ///

@@ -19,20 +19,7 @@ use redis::aio::PubSubSink;
 use tokio::sync::{broadcast, watch};
 
 use super::watch::{Announcement, ReleaseWatch};
-
-/// The channel on which releases of a key are announced is this prefix and the key.
-pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "quorumlock:released:";
-
-/// On a Redis Cluster member, releases of a key are announced by `SPUBLISH` on this prefix
-/// and the key: a sharded channel, which hashes to the key's slot (the key's hash tag is
-/// the channel's), so the announcement stays on the shard that serves the key instead of
-/// being broadcast to every node of the cluster as `PUBLISH` is. The scripts recognise
-/// the prefix (see `pass_on` in [`scripts`](super::scripts)).
-pub(crate) const SHARDED_RELEASE_CHANNEL_PREFIX: &str = "quorumlock:shard-released:";
-
-/// The channel on which keys reserved for a client's waiters are announced is this prefix
-/// and the client's id.
-pub(crate) const WAITER_CHANNEL_PREFIX: &str = "quorumlock:waiter:";
+use crate::protocol::keys::{release_channel, waiter_channel};
 
 /// How many announcements a watch keeps before it lags (and then simply tries at once).
 const ANNOUNCEMENTS_KEPT: usize = 64;
@@ -93,12 +80,12 @@ impl ReleaseListener {
     /// Watches releases of `key`: the returned watch sees each release of the key announced
     /// freed by this node.
     pub(crate) async fn watch_key(&self, key: &str) -> ReleaseWatch {
-        self.watch(format!("{RELEASE_CHANNEL_PREFIX}{key}")).await
+        self.watch(release_channel(key)).await
     }
 
     /// Watches the keys this node reserves for the queued waiters of `client`.
     pub(crate) async fn watch_waiters(&self, client: &str) -> ReleaseWatch {
-        self.watch(format!("{WAITER_CHANNEL_PREFIX}{client}")).await
+        self.watch(waiter_channel(client)).await
     }
 
     /// Watches `channel`. Waits at most the connect timeout for the subscription to be

@@ -24,8 +24,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind};
 use tokio::sync::broadcast;
 
-use super::releases::SHARDED_RELEASE_CHANNEL_PREFIX;
 use super::watch::{Announcement, ReleaseWatch};
+use crate::protocol::keys::sharded_release_channel;
 
 /// How many announcements a watch keeps before it lags (and then simply tries at once).
 const ANNOUNCEMENTS_KEPT: usize = 64;
@@ -71,7 +71,7 @@ impl ShardedListener {
 
     /// Watches the releases of `key` announced free by the shard that serves it.
     pub(crate) async fn watch_key(&self, key: &str) -> Option<ReleaseWatch> {
-        let channel = format!("{SHARDED_RELEASE_CHANNEL_PREFIX}{key}");
+        let channel = sharded_release_channel(key);
         let (receiver, newly_watched) = {
             let mut channels = lock(&self.shared.channels);
             let entry = channels.entry(channel.clone()).or_insert_with(|| Channel {

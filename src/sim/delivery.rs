@@ -17,10 +17,8 @@ use super::log::{Applied, Op, OpRecord, Outcome, Reply, Stored};
 use super::node::{stored, SimNode};
 use super::server::{ScriptHost, ServerReply};
 use crate::error::NodeError;
-use crate::node::link::is_unreachable;
-use crate::node::scripts::{CachedScript, Resend};
-use crate::node::wire::{wire, Read, Wire};
 use crate::node::{NodeReply, NodeRequest};
+use crate::protocol::{is_unreachable, wire, CachedScript, Read, Resend, Wire};
 use crate::token::LockToken;
 
 /// What one command of a request is, for the log.

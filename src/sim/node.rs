@@ -10,10 +10,10 @@ use tokio::time::Instant;
 
 use super::clock::NodeClock;
 use super::log::{OpRecord, Stored};
-use super::server::{Data, NodeScript, ScriptHost};
+use super::server::{Data, ScriptHost};
 use crate::error::NodeError;
-use crate::node::scripts::NodeScripts;
 use crate::node::{LockNode, NodeHints, NodeReply, NodeRequest};
+use crate::protocol::{NodeScript, NodeScripts};
 use crate::token::LockToken;
 
 /// An in-memory lock node for tests: a key store whose TTLs run on the node's own clock,

@@ -1,7 +1,8 @@
 //! A stand-in for one Redis server, in memory: a [`Keyspace`] with the commands the lock
-//! nodes send, and a [`ScriptHost`] that runs the nodes' Lua scripts ([`NodeScript`]) on it
-//! the way Redis 7 does, so that a simulated node can run the very scripts a real node runs
-//! instead of a second, hand-written version of them.
+//! nodes send, and a [`ScriptHost`] that runs the nodes' Lua scripts
+//! ([`NodeScript`](crate::protocol::NodeScript)) on it the way Redis 7 does, so that a
+//! simulated node can run the very scripts a real node runs instead of a second,
+//! hand-written version of them.
 //!
 //! The node's clock is the caller's: every command and script takes the node-clock reading
 //! it runs at (a [`Duration`](std::time::Duration) since the node's epoch). Keys expire, and
@@ -9,7 +10,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use quorumlock::sim::{NodeScript, ScriptHost, ServerReply};
+//! use quorumlock::protocol::NodeScript;
+//! use quorumlock::sim::{ScriptHost, ServerReply};
 //!
 //! let mut server = ScriptHost::new();
 //! let now = Duration::from_secs(1_000);
@@ -28,12 +30,10 @@
 mod commands;
 mod keyspace;
 mod lua_values;
-mod node_scripts;
 mod number;
 mod reply;
 mod script_host;
 
 pub use self::keyspace::{Data, Keyspace, LiveKey, Published};
-pub use self::node_scripts::NodeScript;
 pub use self::reply::ServerReply;
 pub use self::script_host::ScriptHost;

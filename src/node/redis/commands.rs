@@ -9,9 +9,8 @@ use redis::Value;
 
 use super::RedisNode;
 use crate::error::NodeError;
-use crate::node::scripts::Resend;
-use crate::node::wire::{wire_announcing, Wire};
 use crate::node::{LockNode, NodeHints, NodeReply, NodeRequest};
+use crate::protocol::{wire_announcing, Resend, Wire};
 
 impl LockNode for RedisNode {
     fn name(&self) -> &str {

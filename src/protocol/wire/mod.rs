@@ -2,25 +2,27 @@
 //! node's reply back to a [`NodeReply`]: the only place where a request is given its
 //! script, its KEYS and its ARGV.
 //!
-//! Both the [`RedisNode`](super::RedisNode) and the simulated node (`crate::sim`, feature
+//! Both the Redis node (`crate::backend`) and the simulated node (`crate::sim`, feature
 //! `test-util`) send what [`wire`] says and read the answer with its [`Read`], so a new
 //! request, or a new script for a request, runs the same way on a real server and in the
 //! simulation. To add a request: a variant of [`NodeRequest`], its arm in [`wire`] (a plain
 //! command, or a [`ScriptCall`] of a [`NodeScript`] with its arguments), and the [`Read`]
 //! of its reply; a new script also needs its [`NodeScript`] variant, source and layout.
 
-mod family;
+mod election;
+mod rwlock;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use super::request::{NodeReply, NodeRequest, QueuePlace};
-use super::scripts::{CachedScript, NodeScript, NodeScripts, Resend, ScriptCall};
+use super::keys::RELEASE_CHANNEL_PREFIX;
+use super::script_calls::{CachedScript, NodeScripts, Resend, ScriptCall};
+use super::scripts::NodeScript;
 use crate::config::millis;
 use crate::error::NodeError;
-use crate::node::releases::RELEASE_CHANNEL_PREFIX;
+use crate::node::{NodeReply, NodeRequest, QueuePlace};
 use crate::token::LockToken;
 
 /// What a node does for one request.
@@ -81,7 +83,7 @@ pub(crate) enum Read {
 
 /// The command, or the script call, that carries out `request` on a node whose scripts
 /// are `scripts`, which announces releases when `announce` (see
-/// [`RedisNode::announce_releases`](super::RedisNode::announce_releases)).
+/// [`RedisNode::announce_releases`](crate::backend::RedisNode::announce_releases)).
 // The simulated nodes' entry; Redis nodes pick their channel ([`wire_announcing`]).
 #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
 pub(crate) fn wire<'a>(
@@ -95,7 +97,7 @@ pub(crate) fn wire<'a>(
 
 /// [`wire`], announcing releases on `channel` and the key (none when empty): the classic
 /// [`RELEASE_CHANNEL_PREFIX`], or a Redis Cluster member's sharded one
-/// ([`SHARDED_RELEASE_CHANNEL_PREFIX`](super::releases::SHARDED_RELEASE_CHANNEL_PREFIX)).
+/// ([`SHARDED_RELEASE_CHANNEL_PREFIX`](super::keys::SHARDED_RELEASE_CHANNEL_PREFIX)).
 pub(crate) fn wire_announcing<'a>(
     request: NodeRequest<'a>,
     scripts: &'a NodeScripts,
@@ -181,19 +183,19 @@ pub(crate) fn wire_announcing<'a>(
             token,
             ttl,
             writer,
-        } => family::lock_shared(scripts, keys, token, ttl, writer)?,
+        } => rwlock::lock_shared(scripts, keys, token, ttl, writer)?,
         NodeRequest::LockExclusive {
             keys,
             token,
             ttl,
             waiting,
-        } => family::lock_exclusive(scripts, keys, token, ttl, waiting)?,
+        } => rwlock::lock_exclusive(scripts, keys, token, ttl, waiting)?,
         NodeRequest::Proclaim {
             keys,
             token,
             record,
-        } => family::proclaim(scripts, keys, token, record)?,
-        NodeRequest::ReadProclamation { keys } => family::read_proclamation(keys)?,
+        } => election::proclaim(scripts, keys, token, record)?,
+        NodeRequest::ReadProclamation { keys } => election::read_proclamation(keys)?,
     })
 }
 
@@ -331,7 +333,7 @@ impl Read {
                 NodeReply::Counter(highest)
             }
             Read::Done => NodeReply::Done(true),
-            Read::Proclamation => NodeReply::Text(family::proclamation(reply)?),
+            Read::Proclamation => NodeReply::Text(election::proclamation(reply)?),
         })
     }
 }
@@ -376,6 +378,12 @@ impl Decimal {
     fn as_bytes(&self) -> &[u8] {
         &self.digits[self.start..]
     }
+}
+
+/// The error for a request of the read-write lock or the election given other than one
+/// key, which they never send.
+fn one_key(what: &str) -> NodeError {
+    NodeError::Redis(format!("a {what} request takes exactly one key"))
 }
 
 /// The error for a call without keys, which a lock never makes.
