@@ -193,6 +193,7 @@ pub use redis;
 
 #[cfg(test)]
 mod allocations;
+pub mod backend;
 mod bounds;
 mod config;
 mod election;
@@ -217,8 +218,6 @@ mod rwlock;
 mod scoped;
 mod semaphore;
 mod single;
-#[cfg(feature = "tls")]
-mod tls;
 mod token;
 mod watchdog;
 
@@ -226,6 +225,9 @@ mod watchdog;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod sim;
 
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use backend::tls::TlsOptions;
 pub use config::{LockConfig, LockConfigBuilder, ReplicaAcks};
 pub use election::{Election, Leader, Leadership};
 pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
@@ -240,9 +242,6 @@ pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use rwlock::RwLock;
 pub use semaphore::{Permit, Semaphore};
 pub use single::RedisLock;
-#[cfg(feature = "tls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-pub use tls::TlsOptions;
 pub use token::LockToken;
 pub use watchdog::AutoExtend;
 

@@ -11,7 +11,8 @@ use common::{
     acquire_and_release, all_keys, cluster, config, eventually, held_on_every_node, no_keys_left,
     redlock, retrying, slow_nodes_config, NODE_TIMEOUT, TTL,
 };
-use quorumlock::node::{LockNode, RedisNode};
+use quorumlock::backend::RedisNode;
+use quorumlock::node::LockNode;
 use quorumlock::{DistributedLock, LockConfig, LockError, LockToken, NodeError, Redlock};
 use quorumlock_testkit::{NodeOptions, RedisCluster};
 

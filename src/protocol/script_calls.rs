@@ -2,7 +2,7 @@
 //! have the script and `EVAL` until then ([`CachedScript`]); a node that lost its scripts
 //! (a restart, a `SCRIPT FLUSH`) answers `NOSCRIPT`, and the script is loaded and called
 //! again ([`CachedScript::invoke`]). Which script a request calls, with which KEYS and
-//! ARGV, is decided once for every node in [`wire`](super::wire); this is how the call is
+//! ARGV, is decided once for every node in [`wire`](mod@super::wire); this is how the call is
 //! written and sent, the same for a Redis node and a simulated one.
 
 use std::future::Future;

@@ -127,10 +127,10 @@ impl Coordinator {
     }
 
     /// A coordinator over Redis nodes for `clients` (named without credentials), connected
-    /// and checked at once (see [`connect_checked`](crate::node::connect_checked)), the
+    /// and checked at once (see [`connect_checked`](crate::backend::connect_checked)), the
     /// nodes counting into the coordinator's counters.
     pub(crate) async fn connected(
-        clients: Vec<(String, crate::node::Target)>,
+        clients: Vec<(String, crate::backend::Target)>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
         // A cluster member routes each script by its first key: every key of a lock must
@@ -138,7 +138,7 @@ impl Coordinator {
         if clients.len() > 1 && !config.sentinel_members() {
             if let Some((name, _)) = clients
                 .iter()
-                .find(|(_, target)| matches!(target, crate::node::Target::Sentinel(_)))
+                .find(|(_, target)| matches!(target, crate::backend::Target::Sentinel(_)))
             {
                 return Err(LockError::InvalidNode {
                     node: name.clone(),
@@ -153,14 +153,14 @@ impl Coordinator {
         }
         let config = if clients
             .iter()
-            .any(|(_, target)| matches!(target, crate::node::Target::Cluster(_)))
+            .any(|(_, target)| matches!(target, crate::backend::Target::Cluster(_)))
         {
             config.for_cluster_members()
         } else {
             config
         };
         let counters = Arc::default();
-        let nodes = crate::node::connect_checked(clients, &config, &counters)
+        let nodes = crate::backend::connect_checked(clients, &config, &counters)
             .await?
             .into_iter()
             .map(|node| Arc::new(node) as Arc<dyn LockNode>)

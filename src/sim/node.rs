@@ -19,7 +19,7 @@ use crate::token::LockToken;
 /// An in-memory lock node for tests: a key store whose TTLs run on the node's own clock,
 /// with faults that can be switched on and off at any moment.
 ///
-/// It implements [`LockNode`] by running what a [`RedisNode`](crate::node::RedisNode)
+/// It implements [`LockNode`] by running what a [`RedisNode`](crate::backend::RedisNode)
 /// sends: each request becomes the same command or Lua script call, with the same KEYS and
 /// ARGV (one mapping builds both), run by a [`ScriptHost`] (the scripts themselves, in an
 /// embedded Lua 5.1, over an in-memory keyspace) on the node's clock. So the lock, the fair

@@ -22,7 +22,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use quorumlock::node::redact_url;
+use quorumlock::backend::redact_url;
 use quorumlock::{LockConfig, LockError, LockMetrics};
 use redis::aio::ConnectionManager;
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};

@@ -45,7 +45,7 @@ impl Transport {
     }
 
     /// Whether a request goes out when first polled (see
-    /// [`NodeHints::sends_when_polled`](super::NodeHints::sends_when_polled)): on an open
+    /// [`NodeHints::sends_when_polled`](crate::node::NodeHints::sends_when_polled)): on an open
     /// connection to one server. A cluster request first passes the cluster client's
     /// task, so the coordinator drives it to its end instead of assuming it went out.
     pub(crate) fn is_open(&self) -> bool {
@@ -56,7 +56,7 @@ impl Transport {
     }
 
     /// Whether requests take effect in the order they were sent (see
-    /// [`NodeHints::applies_in_order`](super::NodeHints::applies_in_order)): over one
+    /// [`NodeHints::applies_in_order`](crate::node::NodeHints::applies_in_order)): over one
     /// connection to a server, yes; the cluster client routes each on its own, and follows
     /// redirects for some.
     pub(crate) fn applies_in_order(&self) -> bool {

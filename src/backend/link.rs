@@ -28,8 +28,8 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisResult, Valu
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::connector::Connector;
 use super::identity::{self, Admission, Once, Refusal, Rejection};
-use super::sentinel::Connector;
 use super::silence::Silence;
 use crate::metrics::Counters;
 

@@ -1,11 +1,22 @@
-//! A node's address: its name for logs and errors (the address without credentials), and
-//! the clients for a lock's URLs or the caller's clients, each with its name.
+//! How a lock's members are read from their URLs: one parser for every kind of member,
+//! and the clients that reach each, named without credentials ([`names`](super::names)).
 //!
-//! A URL names one member of a lock: a standalone master (`redis://`, `rediss://`,
-//! `redis+unix://`), or a Redis Cluster (`redis+cluster://host:port[,host:port...]`,
-//! `rediss+cluster://` with TLS), given by one or more seed nodes (separated by commas or
-//! semicolons) from which the cluster client discovers the rest.
+//! A URL names one member of a lock:
+//!
+//! - a standalone master: `redis://`, `rediss://` (TLS), `redis+unix://`;
+//! - a Redis Cluster, which votes once: `redis+cluster://[user:pw@]host:port[,host:port...]`
+//!   (`rediss+cluster://` with TLS), given by one or more seed nodes (separated by commas
+//!   or semicolons) from which the cluster client discovers the rest ([`cluster_seeds`]);
+//! - a master managed by Redis Sentinel:
+//!   `redis+sentinel://[[user]:password@]host:port[,host:port...]/<service>[/db]`, the
+//!   sentinels' addresses, the name of the monitored master (`sentinel monitor <service>
+//!   ...`), and the credentials and database of the master (the sentinels themselves are
+//!   reached without them) ([`sentinel_client`]).
 
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::IntoConnectionInfo;
+
+use super::names::{client_name, redact_url};
 use crate::error::LockError;
 
 /// What one member of a lock is, and the client that reaches it.
@@ -17,43 +28,19 @@ pub(crate) enum Target {
     /// A Redis Cluster, which votes once: the seed URLs its clients start from.
     Cluster(Vec<String>),
     /// The master that Redis Sentinel names, whichever server that is now.
-    Sentinel(redis::sentinel::SentinelClient),
+    Sentinel(SentinelClient),
 }
 
 /// The URL schemes of a Redis Cluster member.
 const CLUSTER_SCHEMES: [(&str, &str); 2] =
     [("redis+cluster", "redis"), ("rediss+cluster", "rediss")];
 
-/// A URL with any user name, password and query removed, fit for logs and errors.
-///
-/// ```
-/// # use quorumlock::node::redact_url;
-/// assert_eq!(redact_url("redis://:s3cret@10.0.0.1:6379/2"), "redis://10.0.0.1:6379/2");
-/// assert_eq!(redact_url("rediss://user:pw@host:6380?password=x"), "rediss://host:6380");
-/// assert_eq!(redact_url("redis://127.0.0.1:7001"), "redis://127.0.0.1:7001");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    let without_query = url.split(['?', '#']).next().unwrap_or_default();
-    let Some((scheme, rest)) = without_query.split_once("://") else {
-        // Not a URL we understand: show only what cannot be a credential.
-        return "<unparseable node address>".to_string();
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(slash) => rest.split_at(slash),
-        None => (rest, ""),
-    };
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    format!("{scheme}://{host}{path}")
-}
-
 /// The clients for `urls`, each with its name (the URL without credentials): with `tls`
 /// for `rediss://` URLs when given. A malformed URL is an
 /// [`InvalidNode`](LockError::InvalidNode) error.
 pub(crate) fn clients_for_urls<S: AsRef<str>>(
     urls: impl IntoIterator<Item = S>,
-    #[cfg(feature = "tls")] tls: Option<&crate::tls::TlsOptions>,
+    #[cfg(feature = "tls")] tls: Option<&super::tls::TlsOptions>,
 ) -> Result<Vec<(String, Target)>, LockError> {
     urls.into_iter()
         .map(|url| {
@@ -76,7 +63,7 @@ pub(crate) fn clients_for_urls<S: AsRef<str>>(
                 cluster_client(seeds.clone()).map_err(invalid)?;
                 return Ok((redact_url(url), Target::Cluster(seeds)));
             }
-            if let Some(sentinel) = super::sentinel::sentinel_client(url) {
+            if let Some(sentinel) = sentinel_client(url) {
                 return sentinel.map(|client| (redact_url(url), Target::Sentinel(client)));
             }
             #[cfg(feature = "tls")]
@@ -98,7 +85,7 @@ pub(crate) fn clients_for_urls<S: AsRef<str>>(
 /// an [`InvalidNode`](LockError::InvalidNode) error for a malformed cluster URL.
 ///
 /// ```
-/// # use quorumlock::node::cluster_seeds;
+/// # use quorumlock::backend::cluster_seeds;
 /// let seeds = cluster_seeds("redis+cluster://:pw@10.0.0.1:7001,10.0.0.2:7001").unwrap()?;
 /// assert_eq!(seeds, ["redis://:pw@10.0.0.1:7001", "redis://:pw@10.0.0.2:7001"]);
 /// assert!(cluster_seeds("redis://10.0.0.1:7001").is_none());
@@ -134,10 +121,73 @@ pub fn cluster_seeds(url: &str) -> Option<Result<Vec<String>, LockError>> {
     Some(Ok(seeds))
 }
 
+/// The sentinel client for a URL
+/// `redis+sentinel://[[user]:password@]host:port[,host:port...]/<service>[/db]` (the
+/// sentinels, the monitored master's name, and the master's credentials and database);
+/// `None` for another scheme, and an [`InvalidNode`](LockError::InvalidNode)
+/// error for a malformed Sentinel URL.
+///
+/// ```
+/// # use quorumlock::backend::sentinel_client;
+/// assert!(sentinel_client("redis+sentinel://10.0.0.1:26379/mymaster").unwrap().is_ok());
+/// assert!(sentinel_client("redis+sentinel://10.0.0.1:26379").unwrap().is_err());
+/// assert!(sentinel_client("redis://10.0.0.1:6379").is_none());
+/// ```
+pub fn sentinel_client(url: &str) -> Option<Result<SentinelClient, LockError>> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !scheme.eq_ignore_ascii_case("redis+sentinel") {
+        return None;
+    }
+    let invalid = |reason: String| LockError::InvalidNode {
+        node: redact_url(url),
+        reason,
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let Some((authority, path)) = rest.split_once('/') else {
+        return Some(Err(invalid(
+            "a Sentinel URL names the monitored master: redis+sentinel://host:port/<service>"
+                .to_owned(),
+        )));
+    };
+    let (service, db) = match path.split_once('/') {
+        Some((service, db)) => (service, db),
+        None => (path, ""),
+    };
+    if service.is_empty() {
+        return Some(Err(invalid(
+            "the master's service name is empty".to_owned(),
+        )));
+    }
+    let (credentials, hosts) = hosts_of(authority);
+    let sentinels: Vec<String> = hosts.map(|host| format!("redis://{host}")).collect();
+    if sentinels.is_empty() {
+        return Some(Err(invalid(
+            "a Sentinel URL needs at least one sentinel".to_owned(),
+        )));
+    }
+    // The master's credentials and database, as a plain URL on any host would carry them.
+    let db = if db.is_empty() {
+        String::new()
+    } else {
+        format!("/{db}")
+    };
+    let master = match format!("redis://{credentials}localhost{db}").into_connection_info() {
+        Ok(info) => info.redis_settings().clone(),
+        Err(err) => return Some(Err(invalid(err.to_string()))),
+    };
+    let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(master);
+    // Owned: without TLS support `build` takes a `String`.
+    let service: String = service.to_owned();
+    Some(
+        SentinelClient::build(sentinels, service, Some(node), SentinelServerType::Master)
+            .map_err(|err| invalid(err.to_string())),
+    )
+}
+
 /// The credentials (`user:password@`, or empty) and the hosts of the authority of a URL
 /// that lists several hosts, separated by commas, or by semicolons where commas separate
 /// members (the CLI's `--nodes`).
-pub(super) fn hosts_of(authority: &str) -> (String, impl Iterator<Item = &str>) {
+fn hosts_of(authority: &str) -> (String, impl Iterator<Item = &str>) {
     let (credentials, hosts) = match authority.rsplit_once('@') {
         Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
         None => (String::new(), authority),
@@ -150,7 +200,7 @@ pub(super) fn hosts_of(authority: &str) -> (String, impl Iterator<Item = &str>) 
 fn cluster_client(seeds: Vec<String>) -> Result<redis::cluster::ClusterClient, String> {
     #[cfg(feature = "tls")]
     if seeds.iter().any(|seed| seed.starts_with("rediss://")) {
-        crate::tls::install_crypto_provider();
+        super::tls::install_crypto_provider();
     }
     redis::cluster::ClusterClient::builder(seeds)
         .build()
@@ -172,38 +222,9 @@ pub(crate) fn named_clients(
         .collect()
 }
 
-/// A node's name for a client's address, as a URL without credentials:
-/// `redis://host:port[/db]`, `rediss://host:port[/db]` (TLS) or `redis+unix:///path`.
-pub fn client_name(info: &redis::ConnectionInfo) -> String {
-    use redis::ConnectionAddr;
-    let db = info.redis_settings().db();
-    let db = if db == 0 {
-        String::new()
-    } else {
-        format!("/{db}")
-    };
-    match info.addr() {
-        ConnectionAddr::Tcp(host, port) => format!("redis://{}:{port}{db}", bracketed(host)),
-        ConnectionAddr::TcpTls { host, port, .. } => {
-            format!("rediss://{}:{port}{db}", bracketed(host))
-        }
-        ConnectionAddr::Unix(path) => format!("redis+unix://{}{db}", path.display()),
-        other => format!("{other}"),
-    }
-}
-
-/// An IPv6 address in brackets, as URLs write it.
-fn bracketed(host: &str) -> String {
-    if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{cluster_seeds, redact_url};
+    use super::{cluster_seeds, redact_url, sentinel_client};
 
     #[test]
     fn a_cluster_url_gives_one_seed_per_host_with_the_credentials_of_the_whole() {
@@ -231,19 +252,19 @@ mod tests {
     }
 
     #[test]
-    fn redaction_removes_every_credential() {
-        for (url, expected) in [
-            ("redis://127.0.0.1:7001", "redis://127.0.0.1:7001"),
-            ("redis://:pw@127.0.0.1:7001", "redis://127.0.0.1:7001"),
-            ("redis://user:p@ss@host:1/0", "redis://host:1/0"),
-            ("redis://host:1/0?password=pw", "redis://host:1/0"),
-            (
-                "redis+unix:///tmp/redis.sock",
-                "redis+unix:///tmp/redis.sock",
-            ),
-            ("no-scheme:pw@host", "<unparseable node address>"),
+    fn sentinel_urls_name_the_sentinels_and_the_service() {
+        assert!(sentinel_client("redis://h:1").is_none());
+        assert!(
+            sentinel_client("redis+sentinel://:pw@h:26379,g:26379/mymaster/2")
+                .unwrap()
+                .is_ok()
+        );
+        for bad in [
+            "redis+sentinel://h:26379",
+            "redis+sentinel://h:26379/",
+            "redis+sentinel:///m",
         ] {
-            assert_eq!(redact_url(url), expected, "{url}");
+            assert!(sentinel_client(bad).unwrap().is_err(), "{bad}");
         }
     }
 }

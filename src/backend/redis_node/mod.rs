@@ -1,33 +1,31 @@
-//! [`RedisNode`]: a [`LockNode`](super::LockNode) on a real Redis server, over one
-//! multiplexed connection.
+//! [`RedisNode`]: a [`LockNode`](crate::node::LockNode) on a real Redis server, over one
+//! multiplexed connection (or a Redis Cluster's client): how it is made and checked.
+//! `requests` is how it answers each request, `replicas` how a grant waits for replicas.
 
-mod commands;
 mod replicas;
+mod requests;
 
-use std::borrow::Borrow;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use redis::{AsyncConnectionConfig, Cmd, RedisError, Value};
-use tokio::time::Instant;
+use redis::AsyncConnectionConfig;
 
+use super::address::{clients_for_urls, Target};
 use super::cluster::ClusterLink;
+use super::connector::Connector;
 use super::identity::{Admission, Rejection};
 use super::link::{Link, LinkSettings};
+use super::names::{client_name, redact_url};
 use super::releases::ReleaseListener;
-use super::sentinel::Connector;
 use super::sharded::ShardedListener;
 use super::transport::Transport;
-use super::unawaited::{Awaited, Bounds, Keep, Request, Unawaited};
-use super::{client_name, redact_url, NodeReply, Target};
+use super::unawaited::{Bounds, Unawaited};
 use crate::config::{LockConfig, ReplicaAcks};
-use crate::error::{LockError, NodeError};
+use crate::error::LockError;
 use crate::metrics::Counters;
-use crate::protocol::keys::{RELEASE_CHANNEL_PREFIX, SHARDED_RELEASE_CHANNEL_PREFIX};
-use crate::protocol::{is_unreachable, CachedScript, NodeScripts, Resend};
+use crate::protocol::NodeScripts;
 
 /// A Redis server used as a lock node.
 ///
@@ -59,7 +57,7 @@ pub struct RedisNode {
     link: Transport,
     scripts: Arc<NodeScripts>,
     /// Whether the last request that ended had an answer from the node (see
-    /// [`NodeHints::sends_when_polled`](super::NodeHints::sends_when_polled)).
+    /// [`NodeHints::sends_when_polled`](crate::node::NodeHints::sends_when_polled)).
     answering: Arc<AtomicBool>,
     /// Takes requests sent and no longer awaited, so that they still go out.
     unawaited: Unawaited,
@@ -116,7 +114,7 @@ impl RedisNode {
     /// Unlike the nodes of [`Redlock::connect`](crate::Redlock::connect), a node made here
     /// is not checked before its first request (which server answers, and may it vote).
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LockError> {
-        let read = super::clients_for_urls(
+        let read = clients_for_urls(
             [url],
             #[cfg(feature = "tls")]
             None,
@@ -130,10 +128,10 @@ impl RedisNode {
     #[cfg(feature = "tls")]
     pub async fn connect_tls(
         url: &str,
-        tls: &crate::tls::TlsOptions,
+        tls: &super::tls::TlsOptions,
         timeout: Duration,
     ) -> Result<Self, LockError> {
-        Self::from_read(url, super::clients_for_urls([url], Some(tls)), timeout)
+        Self::from_read(url, clients_for_urls([url], Some(tls)), timeout)
     }
 
     /// The node for `url`, read into `read`.
@@ -213,7 +211,7 @@ impl RedisNode {
             client.get_connection_info().addr(),
             redis::ConnectionAddr::TcpTls { .. }
         ) {
-            crate::tls::install_crypto_provider();
+            super::tls::install_crypto_provider();
         }
         let releases = Arc::new(ReleaseListener::new(
             client.clone(),
@@ -232,7 +230,7 @@ impl RedisNode {
     }
 
     /// A node on the master the sentinels of `sentinel` name, followed through failovers
-    /// (see [`sentinel`](super::sentinel)). Its releases are not announced: the master's
+    /// (see [`connector`](super::connector)). Its releases are not announced: the master's
     /// address changes, and waiters retry after their jittered delay.
     pub(crate) fn open_sentinel(
         sentinel: redis::sentinel::SentinelClient,
@@ -356,117 +354,6 @@ impl RedisNode {
         self.announce_releases = announce;
         self
     }
-
-    /// Sends `command` and notes whether the node answered. Once sent, the command goes
-    /// out even if this future is dropped (see [`Unawaited`]), while the node's patience
-    /// lasts.
-    async fn query<T, C>(&self, command: C) -> redis::RedisResult<T>
-    where
-        T: redis::FromRedisValue,
-        C: Borrow<Cmd> + Send + 'static,
-    {
-        let link = self.link.clone();
-        let now = Instant::now();
-        let request: Request = Box::pin(async move { link.send(command.borrow(), now).await });
-        let result = self.await_request(request, now, Keep::WhilePatient).await;
-        Ok(redis::from_redis_value(result?)?)
-    }
-
-    /// Awaits `request`, noting whether the node answered: any reply, even an error reply,
-    /// shows the connection up; a failure to reach the node shows it down.
-    async fn await_request(
-        &self,
-        request: Request,
-        made: Instant,
-        keep: Keep,
-    ) -> redis::RedisResult<Value> {
-        // An error reply comes as a value: made an error here, as `query_async` does.
-        let result = Awaited::new(request, made, keep, &self.unawaited)
-            .await
-            .and_then(Value::extract_error);
-        let answered = match &result {
-            Ok(_) => true,
-            Err(err) => !is_unreachable(err),
-        };
-        self.answering.store(answered, Ordering::Relaxed);
-        result
-    }
-
-    /// Runs `command`, a call of `script`, and returns its reply, loading the script when
-    /// the node lost it. For the lock scripts: a lock call dropped midway took nothing, and
-    /// need not go on.
-    async fn run_script(&self, script: &CachedScript, command: Cmd) -> redis::RedisResult<Value> {
-        // Shared by its sends rather than copied for each (a copy was two allocations and
-        // the whole command copied, per node per round); only the SCRIPT LOAD of a reload
-        // is copied.
-        let command = Arc::new(command);
-        script
-            .invoke(&command, Resend::AfterReload, |sent| {
-                let sent = if std::ptr::eq(sent, &*command) {
-                    Arc::clone(&command)
-                } else {
-                    Arc::new(sent.clone())
-                };
-                self.query::<Value, _>(sent)
-            })
-            .await
-    }
-
-    /// Runs a script that is safe to repeat (compare-and-delete, compare-and-pexpire, leave
-    /// a queue, raise a counter) to its end once started, whether or not this future is
-    /// still awaited, reload and one reconnect included: an unlock that never arrives would
-    /// leave our key on that node for a whole TTL.
-    async fn run_repeatable_script(
-        &self,
-        script: &Arc<CachedScript>,
-        command: Cmd,
-    ) -> redis::RedisResult<Value> {
-        let script = Arc::clone(script);
-        let link = self.link.clone();
-        let made = Instant::now();
-        let request: Request = Box::pin(async move {
-            let mut first = Some(made);
-            let resend = Resend::AlsoAfterReconnect;
-            script
-                .invoke(&command, resend, |command| {
-                    let now = first.take().unwrap_or_else(Instant::now);
-                    link.clone()
-                        .send(command, now)
-                        .map(|reply| reply.and_then(Value::extract_error))
-                })
-                .await
-        });
-        self.await_request(request, made, Keep::Always).await
-    }
-
-    /// The channel prefix the scripts announce releases on: the classic one, a cluster
-    /// member's sharded one, or none (empty) when releases are not announced.
-    fn channel(&self) -> &'static str {
-        match (self.announce_releases, &self.sharded) {
-            (false, _) => "",
-            (true, Some(_)) => SHARDED_RELEASE_CHANNEL_PREFIX,
-            (true, None) => RELEASE_CHANNEL_PREFIX,
-        }
-    }
-
-    /// A watch of `key`'s releases, where they are announced.
-    async fn watch_releases(&self, key: &str) -> NodeReply {
-        let watch = match (&self.releases, &self.sharded) {
-            (Some(releases), _) => Some(releases.watch_key(key).await),
-            (None, Some(sharded)) => sharded.watch_key(key).await,
-            (None, None) => None,
-        };
-        watch.map_or(NodeReply::Unsupported, NodeReply::Watch)
-    }
-
-    /// A watch of the keys reserved for `client`'s waiters: on a standalone master only
-    /// (see [`ShardedListener`] for why a cluster member has none).
-    async fn watch_reservations(&self, client: &str) -> NodeReply {
-        match &self.releases {
-            Some(releases) => NodeReply::Watch(releases.watch_waiters(client).await),
-            None => NodeReply::Unsupported,
-        }
-    }
 }
 
 /// Nodes on `clients` (each with its name), connected and checked at once: a server that
@@ -533,17 +420,3 @@ impl fmt::Debug for RedisNode {
 
 /// How many commands may wait to go out on one node's connection.
 const PIPELINE_BUFFER: usize = 4096;
-
-impl RedisNode {
-    /// Separates "did not answer in time" and "could not talk to the node" from "the node
-    /// said no".
-    fn node_error(&self, err: RedisError) -> NodeError {
-        if err.is_timeout() {
-            NodeError::Timeout(self.request_timeout)
-        } else if is_unreachable(&err) {
-            NodeError::Connection(err.to_string())
-        } else {
-            NodeError::Redis(err.to_string())
-        }
-    }
-}

@@ -24,7 +24,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind};
 use tokio::sync::broadcast;
 
-use super::watch::{Announcement, ReleaseWatch};
+use crate::node::{Announcement, ReleaseWatch};
 use crate::protocol::keys::sharded_release_channel;
 
 /// How many announcements a watch keeps before it lags (and then simply tries at once).

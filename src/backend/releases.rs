@@ -2,7 +2,7 @@
 //! released instead of sleeping out a blind retry delay.
 //!
 //! The release script publishes on one of two channels: when the key is handed to a queued
-//! waiter (see [`QueuePlace`](super::QueuePlace)), on the channel of that waiter's client,
+//! waiter (see [`QueuePlace`](crate::node::QueuePlace)), on the channel of that waiter's client,
 //! naming the waiter, so that only its process wakes; otherwise on a channel named after
 //! the key, with an empty message: free for anybody. A
 //! [`ReleaseListener`] holds one pub/sub connection per node, opened on the first wait and
@@ -18,7 +18,7 @@ use futures::{FutureExt, StreamExt};
 use redis::aio::PubSubSink;
 use tokio::sync::{broadcast, watch};
 
-use super::watch::{Announcement, ReleaseWatch};
+use crate::node::{Announcement, ReleaseWatch};
 use crate::protocol::keys::{release_channel, waiter_channel};
 
 /// How many announcements a watch keeps before it lags (and then simply tries at once).

@@ -28,8 +28,8 @@ use std::path::Path;
 
 use redis::{ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, TlsCertificates};
 
+use super::names::redact_url;
 use crate::error::LockError;
-use crate::node::redact_url;
 
 /// How `rediss://` nodes are verified and how the client authenticates to them.
 ///
