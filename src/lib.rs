@@ -236,6 +236,7 @@ pub use guard::LockGuard;
 pub use lease::LostSignal;
 pub use lock::DistributedLock;
 pub use metrics::{LockMetrics, NodeMetrics};
+pub use quorum::quorum_of;
 pub use quorum_lock::QuorumLock;
 pub use redlock::Redlock;
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};

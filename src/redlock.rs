@@ -165,7 +165,7 @@ impl Redlock {
         })
     }
 
-    /// How many nodes must agree: `N/2 + 1`.
+    /// How many nodes must agree: `N/2 + 1` ([`quorum_of`](crate::quorum_of)).
     pub fn quorum(&self) -> usize {
         self.lock.coordinator().quorum()
     }

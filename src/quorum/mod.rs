@@ -51,6 +51,19 @@ use self::cohorts::Cohorts;
 
 pub(crate) use self::claim::Claim;
 
+/// How many of `nodes` nodes must agree for an operation to succeed: a majority,
+/// `nodes / 2 + 1` (1 of 1, 2 of 3, 3 of 5). Any two majorities of the same nodes share a
+/// node, which is what a lock's exclusion and the fencing counters' order rest on.
+///
+/// ```
+/// assert_eq!(quorumlock::quorum_of(1), 1);
+/// assert_eq!(quorumlock::quorum_of(4), 3);
+/// assert_eq!(quorumlock::quorum_of(5), 3);
+/// ```
+pub const fn quorum_of(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
 /// The Redlock algorithm over a fixed set of nodes with one configuration.
 pub(crate) struct Coordinator {
     nodes: NodeSet,
@@ -102,7 +115,7 @@ impl Coordinator {
                 });
             }
         }
-        let quorum = nodes.len() / 2 + 1;
+        let quorum = quorum_of(nodes.len());
         let observed = Arc::new(Observed::new(&nodes));
         let nodes: NodeSet = nodes.into();
         Ok(Coordinator {
