@@ -167,25 +167,25 @@ pub async fn fenced_claim<C: ConnectionLike>(
 }
 
 /// Raise-the-highest-token unless it is already higher, atomically; the check of
-/// [`FENCED_SET_SCRIPT`] without the write.
-const FENCED_CLAIM_SCRIPT: &str = r#"
-local last = tonumber(redis.call("GET", KEYS[1]) or "0")
-local token = tonumber(ARGV[1])
-if token < last then
-    return 0
-end
-redis.call("SET", KEYS[1], ARGV[1])
-return 1
-"#;
+/// [`FENCED_SET_SCRIPT`] without the write. (Each script's text is a newline and its
+/// file, as it has been since the first version: its SHA-1, by which the store caches it,
+/// stays the same.)
+const FENCED_CLAIM_SCRIPT: &str = concat!("\n", include_str!("fenced_claim.lua"));
 
 /// Compare-token-then-write, atomically.
-const FENCED_SET_SCRIPT: &str = r#"
-local last = tonumber(redis.call("GET", KEYS[2]) or "0")
-local token = tonumber(ARGV[1])
-if token < last then
-    return 0
-end
-redis.call("SET", KEYS[2], ARGV[1])
-redis.call("SET", KEYS[1], ARGV[2])
-return 1
-"#;
+const FENCED_SET_SCRIPT: &str = concat!("\n", include_str!("fenced_set.lua"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store caches each script by its SHA-1: clients of this and earlier versions run
+    /// the same two scripts there.
+    #[test]
+    fn the_scripts_keep_their_sha1() {
+        let claim = Script::new(FENCED_CLAIM_SCRIPT);
+        assert_eq!(claim.get_hash(), "e28d16a463c8b2a69b62f032ce4dec0d4f497284");
+        let set = Script::new(FENCED_SET_SCRIPT);
+        assert_eq!(set.get_hash(), "9e123c1d7d840ec41f26c8c7be6fde545ad12f96");
+    }
+}
