@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::claim::Claim;
 use super::cohorts::Seat;
 use super::votes::{Answer, Command, Wait};
-use super::Coordinator;
+use super::{Baton, Coordinator};
 use crate::config::{micros, millis};
 use crate::error::{LockError, Tally};
 use crate::fan_out::spawn_detached;
@@ -274,7 +274,7 @@ impl Coordinator {
                 .await;
         }
         let (keys, ttl) = (&resources.keys, self.config.ttl());
-        let seat: Seat = self.cohorts().seat(keys, ttl);
+        let seat: Seat<Baton> = self.cohorts().seat(keys, ttl);
         if self.cohorts().has_line(keys, ttl) || self.hand_off.contended_here(keys) {
             seat.sit();
         }
@@ -294,7 +294,7 @@ impl Coordinator {
         resources: &Resources,
         deadline: Option<Instant>,
         span: &tracing::Span,
-        seat: Option<&Seat>,
+        seat: Option<&Seat<Baton>>,
     ) -> Result<Arc<Lease>, LockError> {
         let started = Instant::now();
         let timed_out = |last: Option<LockError>| LockError::TimedOut {

@@ -10,9 +10,10 @@
 //! one set of node connections (clones, other configurations, factories), as the
 //! hand-off's turns are. A blocking acquisition takes a [`Seat`] in the line of its keys
 //! for as long as it waits (from its start when the keys are contended in this process,
-//! else from its first refusal); a release offers a [`Baton`] to the first seat that is not
-//! itself contending on the nodes (the head of the process's waiters, which keeps the
-//! process's place in the nodes' queue), or to that one when it waits alone.
+//! else from its first refusal); a release offers the coordinator's baton (`pass`) to the
+//! first seat that is not itself contending on the nodes (the head of the process's
+//! waiters, which keeps the process's place in the nodes' queue), or to that one when it
+//! waits alone. The lines hold whatever the coordinator passes, and know nothing of it.
 //!
 //! Bounded: a lock passes at most [`cohort_passes`](crate::LockConfig::cohort_passes)
 //! times in a row, within [`cohort_window`](crate::LockConfig::cohort_window) of being won
@@ -30,20 +31,23 @@ use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
-use super::Coordinator;
-use crate::error::LeaseEnd;
-use crate::lease::Lease;
-use crate::metrics::Counters;
 use crate::resource::Keys;
 
 /// The lines of this process's blocking acquisitions, per set of keys and TTL, that a
-/// release may pass its lock to.
-#[derive(Default)]
-pub(crate) struct Cohorts {
-    lines: Mutex<HashMap<Line, VecDeque<Place>>>,
+/// release may pass its lock to: a `B` (the coordinator's baton) goes to a seat.
+pub(crate) struct Cohorts<B> {
+    lines: Mutex<HashMap<Line, VecDeque<Place<B>>>>,
     next_id: AtomicU64,
+}
+
+impl<B> Default for Cohorts<B> {
+    fn default() -> Self {
+        Cohorts {
+            lines: Mutex::default(),
+            next_id: AtomicU64::new(0),
+        }
+    }
 }
 
 /// Which waiters a lock may pass to: those of the same keys whose locks have the same TTL.
@@ -53,23 +57,23 @@ pub(crate) struct Cohorts {
 /// after the receiver's own extension, it sets the keys' expiry to the passer's TTL from
 /// then. With equal TTLs that only lengthens the expiry the receiver counts on; with a
 /// shorter one it could end before the receiver's deadline.
-type Line = (Keys, Duration);
+pub(crate) type Line = (Keys, Duration);
 
 /// One waiting acquisition's place in a line: where a baton reaches it.
-struct Place {
+struct Place<B> {
     id: u64,
     /// Set while the acquisition holds the process's turn on the nodes (see
     /// `handoff::turns`): passing to it would give up the process's place in the nodes'
     /// queue, so it gets a pass only when nobody else waits.
     contending: Arc<AtomicBool>,
-    baton: oneshot::Sender<Baton>,
+    baton: oneshot::Sender<B>,
 }
 
-impl Cohorts {
+impl<B> Cohorts<B> {
     /// A seat for a blocking acquisition of `keys` with a lock of `ttl`, not yet in their
     /// line: it sits down with [`Seat::sit`], once the acquisition may have to wait, and
     /// leaves when dropped.
-    pub(crate) fn seat(self: &Arc<Self>, keys: &Keys, ttl: Duration) -> Seat {
+    pub(crate) fn seat(self: &Arc<Self>, keys: &Keys, ttl: Duration) -> Seat<B> {
         Seat {
             cohorts: Arc::clone(self),
             line: (Arc::clone(keys), ttl),
@@ -86,7 +90,7 @@ impl Cohorts {
     }
 
     /// Puts a place for `contending` in `line`: its id, and where its baton arrives.
-    fn sit(&self, line: &Line, contending: &Arc<AtomicBool>) -> (u64, oneshot::Receiver<Baton>) {
+    fn sit(&self, line: &Line, contending: &Arc<AtomicBool>) -> (u64, oneshot::Receiver<B>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (baton, passed) = oneshot::channel();
         let place = Place {
@@ -101,12 +105,11 @@ impl Cohorts {
         (id, passed)
     }
 
-    /// Gives `baton` to the first live place in the line of its keys that is not
-    /// contending on the nodes, else to the first live one; gives it back when nobody
-    /// waits.
-    fn offer(&self, mut baton: Baton) -> Result<(), Baton> {
+    /// Gives `baton` to the first live place in `line` that is not contending on the
+    /// nodes, else to the first live one; gives it back when nobody waits.
+    pub(crate) fn offer(&self, line: &Line, mut baton: B) -> Result<(), B> {
         loop {
-            let Some(place) = self.next_place(&baton.line()) else {
+            let Some(place) = self.next_place(line) else {
                 return Err(baton);
             };
             match place.baton.send(baton) {
@@ -118,7 +121,7 @@ impl Cohorts {
     }
 
     /// Takes the place the next pass goes to out of line `key`.
-    fn next_place(&self, key: &Line) -> Option<Place> {
+    fn next_place(&self, key: &Line) -> Option<Place<B>> {
         let mut lines = lock(&self.lines);
         let line = lines.get_mut(key)?;
         line.retain(|place| !place.baton.is_closed());
@@ -151,29 +154,29 @@ impl Cohorts {
 /// nothing (about 7 % of an uncontended single-node cycle, by callgrind). Dropped (the
 /// acquisition won on the nodes, gave up, or its future was dropped), it leaves the line,
 /// and a baton that reached it meanwhile goes on to the next seat, or to the nodes.
-pub(crate) struct Seat {
-    cohorts: Arc<Cohorts>,
+pub(crate) struct Seat<B> {
+    cohorts: Arc<Cohorts<B>>,
     line: Line,
     contending: Arc<AtomicBool>,
     /// Shared by the two futures the acquisition races: the one on the nodes sits down,
     /// the other waits for a baton.
-    sitting: Mutex<Sitting>,
+    sitting: Mutex<Sitting<B>>,
 }
 
 /// Whether a seat is in its line.
-enum Sitting {
+enum Sitting<B> {
     /// Not yet; the task waiting for a baton, to be woken when it sits down.
     Standing { waker: Option<Waker> },
     /// In the line as `id`, where a baton arrives on `passed`.
     Seated {
         id: u64,
-        passed: oneshot::Receiver<Baton>,
+        passed: oneshot::Receiver<B>,
     },
     /// Its baton was taken, or its place was taken out of the line without one.
     Done,
 }
 
-impl Seat {
+impl<B> Seat<B> {
     /// The flag the acquisition's waiter sets while it holds the process's turn on the
     /// nodes.
     pub(crate) fn contending(&self) -> Arc<AtomicBool> {
@@ -202,7 +205,7 @@ impl Seat {
     /// # Cancel safety
     ///
     /// Dropping the future loses nothing: a baton sent meanwhile waits in the seat.
-    pub(crate) async fn passed(&self) -> Baton {
+    pub(crate) async fn passed(&self) -> B {
         std::future::poll_fn(|context| {
             let mut sitting = lock(&self.sitting);
             match &mut *sitting {
@@ -231,7 +234,7 @@ impl Seat {
     }
 }
 
-impl Drop for Seat {
+impl<B> Drop for Seat<B> {
     fn drop(&mut self) {
         let sitting = std::mem::replace(
             self.sitting
@@ -248,100 +251,6 @@ impl Drop for Seat {
     }
 }
 
-/// A held lock on its way from one task to the next: the passer's lease, ended as passed,
-/// and the coordinator that granted it. Taken, it becomes the receiver's lease; dropped
-/// untaken (its receiver gave up meanwhile), it goes to the next seat, or to the nodes.
-pub(crate) struct Baton {
-    coordinator: Arc<Coordinator>,
-    lease: Option<Arc<Lease>>,
-}
-
-impl Baton {
-    /// The line it may go to: its keys', among the waiters with its coordinator's TTL.
-    fn line(&self) -> Line {
-        let lease = self
-            .lease
-            .as_ref()
-            .expect("a baton holds its lease until taken");
-        (Arc::clone(&lease.keys), self.coordinator.config().ttl())
-    }
-
-    /// The receiver's lease: the same keys and token, one pass further in the run, with
-    /// its own state and lost signal.
-    pub(crate) fn take(mut self) -> Arc<Lease> {
-        let passed = self.lease.take().expect("a baton is taken once");
-        let lease = Arc::new(passed.successor());
-        Counters::bump(&self.coordinator.counters().passed);
-        tracing::debug!(
-            resource = lease.resource(),
-            passes = lease.run.passes,
-            "lock passed within the process"
-        );
-        lease
-    }
-}
-
-impl Drop for Baton {
-    fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            if let Err(lease) = self.coordinator.pass_on(lease) {
-                lease.end(LeaseEnd::Released);
-                self.coordinator.release_in_background(lease);
-            }
-        }
-    }
-}
-
-impl Coordinator {
-    /// Passes the lock of `lease` to a blocking acquisition of the same keys waiting in
-    /// this process, when the cohort's bounds allow it; the lease then ends as passed, and
-    /// its holder holds nothing. Returns whether it did: if not, the caller releases it on
-    /// the nodes.
-    pub(crate) fn pass_to_waiter(self: &Arc<Self>, lease: &Arc<Lease>) -> bool {
-        match self.pass_on(Arc::clone(lease)) {
-            Ok(()) => {
-                lease.end_passed();
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Offers `lease` to the line of its keys, if the bounds allow a pass; gives it back
-    /// when they do not, or nobody waits.
-    fn pass_on(self: &Arc<Self>, lease: Arc<Lease>) -> Result<(), Arc<Lease>> {
-        if !self.may_pass(&lease) {
-            return Err(lease);
-        }
-        let baton = Baton {
-            coordinator: Arc::clone(self),
-            lease: Some(lease),
-        };
-        self.cohorts()
-            .offer(baton)
-            .map_err(|mut baton| baton.lease.take().expect("a baton offered holds its lease"))
-    }
-
-    /// Whether `lease` may pass once more: cohorts on, fewer passes than the bound, within
-    /// the window since it was won on the nodes, its keys not given up, and at least half
-    /// the longest validity left for the next holder.
-    fn may_pass(&self, lease: &Lease) -> bool {
-        let config = self.config();
-        if !config.cohorts() || lease.run.passes >= config.cohort_passes() {
-            return false;
-        }
-        let now = Instant::now();
-        let in_window = lease
-            .run
-            .started
-            .checked_add(config.cohort_window())
-            .is_some_and(|closes| now < closes);
-        in_window
-            && !lease.keys_given_up()
-            && lease.deadline().saturating_duration_since(now) >= config.min_pass_validity()
-    }
-}
-
 /// Locks the lines, recovering them from a poisoned mutex (they stay consistent).
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
@@ -355,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_seat_joins_its_line_only_once_it_sits_down() {
-        let cohorts = Arc::new(Cohorts::default());
+        let cohorts = Arc::new(Cohorts::<()>::default());
         let keys: Keys = Arc::from(vec![Arc::<str>::from("quorumlock:k")]);
         let ttl = Duration::from_secs(30);
         let seat = cohorts.seat(&keys, ttl);

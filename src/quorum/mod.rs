@@ -12,9 +12,9 @@
 //!   blocking acquire that repeats it, with the drop guards that make both cancel-safe.
 //! - `held`: what a held lock's [`Lease`] asks of the nodes: release, refresh, holds.
 //! - `stragglers`: the requests a decided round leaves in flight.
-//! - `cohorts`: the lines of this process's waiters, and the pass of a released lock to
-//!   the next of them ([`Baton`](cohorts::Baton)), bounded by the coordinator's
-//!   configuration.
+//! - `cohorts`: the lines of this process's waiters, in which a released lock may pass to
+//!   the next of them;
+//! - `pass`: that pass ([`Baton`]), within the bounds of the coordinator's configuration.
 //! - `claim`: an acquisition by another lock request than the mutex's ([`Claim`]: the
 //!   sides of a read-write lock).
 //! - `leader_record`: an election leader's record, written to and read from a quorum.
@@ -30,10 +30,11 @@
 //! [`Lease`]: crate::lease::Lease
 
 mod acquire;
-mod claim;
+pub(crate) mod claim;
 mod cohorts;
 mod held;
 mod leader_record;
+mod pass;
 mod stragglers;
 mod votes;
 
@@ -43,13 +44,12 @@ use crate::config::LockConfig;
 use crate::error::{LockError, Tally};
 use crate::fan_out::NodeSet;
 use crate::handoff::HandOff;
+use crate::lease::Lease;
 use crate::metrics::{Counters, NodeMetrics};
 use crate::node::LockNode;
 use crate::observe::Observed;
 
 use self::cohorts::Cohorts;
-
-pub(crate) use self::claim::Claim;
 
 /// How many of `nodes` nodes must agree for an operation to succeed: a majority,
 /// `nodes / 2 + 1` (1 of 1, 2 of 3, 3 of 5). Any two majorities of the same nodes share a
@@ -73,13 +73,22 @@ pub(crate) struct Coordinator {
     /// The turns, queue places and announcements of the blocking acquisitions.
     hand_off: Arc<HandOff>,
     /// The lines of this process's waiters that a release may pass its lock to.
-    cohorts: Arc<Cohorts>,
+    cohorts: Arc<Cohorts<Baton>>,
     config: LockConfig,
     quorum: usize,
     /// The tallies of won rounds that met no refusal or failure, by how many nodes had
     /// agreed when the quorum was decided: nearly every lease is won so, and shares one of
     /// these instead of keeping a copy (see `won_tally`).
     clean_tallies: Arc<[Arc<Tally>]>,
+}
+
+/// A held lock on its way from one task to the next (see `pass`): the passer's lease,
+/// ended as passed, and the coordinator that granted it. Taken, it becomes the receiver's
+/// lease; dropped untaken (its receiver gave up meanwhile), it goes to the next seat, or
+/// to the nodes.
+pub(crate) struct Baton {
+    coordinator: Arc<Coordinator>,
+    lease: Option<Arc<Lease>>,
 }
 
 impl Coordinator {
@@ -218,7 +227,7 @@ impl Coordinator {
     }
 
     /// The lines of this process's waiters, shared by every lock on these connections.
-    pub(crate) fn cohorts(&self) -> &Arc<Cohorts> {
+    pub(crate) fn cohorts(&self) -> &Arc<Cohorts<Baton>> {
         &self.cohorts
     }
 

@@ -19,7 +19,7 @@ use crate::guard::LockGuard;
 use crate::lease::LostSignal;
 use crate::lock::Lock;
 use crate::protocol::keys::{self, READER_PREFIX};
-use crate::quorum::Claim;
+use crate::quorum::claim::Claim;
 use crate::quorum_lock::QuorumLock;
 use crate::resource::{Name, Resources};
 use crate::retry::retry_until;
