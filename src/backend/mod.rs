@@ -6,9 +6,9 @@
 //! listeners of release announcements, and the keeper of requests nobody awaits.
 //!
 //! It stands on the node contract ([`node`](crate::node)), which it implements, and on
-//! the protocol ([`protocol`](crate::protocol)), whose commands and scripts it sends; the
-//! coordinator above sees its nodes only as `dyn LockNode`, and the simulation, the
-//! other implementation, never reaches in here.
+//! the protocol ([`protocol`](crate::protocol)), whose commands and scripts it sends. The
+//! coordinator above uses it to connect a lock's nodes and from then on sees them only as
+//! `dyn LockNode`; the simulation, the other implementation, never reaches in here.
 //!
 //! - `redis_node`: the node, how it is made and checked, and how it answers requests;
 //! - `address`: a lock's URLs read into the members they name; `names`: their names;
