@@ -151,7 +151,8 @@ fn current_thread() -> tokio::runtime::Runtime {
 /// is `SET NX` on a held key, `queued` a queued waiter's attempt on it (its place
 /// refreshed), `unlock` a compare-and-delete of a key held by another token.
 async fn requests(kind: &str, count: u64) {
-    use quorumlock::node::{LockNode, QueuePlace, RedisNode};
+    use quorumlock::backend::RedisNode;
+    use quorumlock::node::{LockNode, QueuePlace};
     use quorumlock::LockToken;
     use std::time::Duration;
 

@@ -245,7 +245,7 @@ impl fmt::Display for NodeFailure {
 pub struct Tally {
     /// How many nodes the lock runs on.
     pub nodes: usize,
-    /// How many of them must agree: `nodes / 2 + 1`.
+    /// How many of them must agree: `nodes / 2 + 1` ([`quorum_of`](crate::quorum_of)).
     pub quorum: usize,
     /// How many agreed (granted the lock, deleted or extended our key, or hold our token).
     pub granted: usize,

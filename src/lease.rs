@@ -46,8 +46,9 @@ pub(crate) struct Lease {
     /// Woken on every change of `state`; see [`LostSignal::wait`].
     changed: Notify,
     /// The keys on the nodes, which outlive this lease when it is passed to another task
-    /// of the process (see `cohort`): kept in the lease that won them on the nodes (no
-    /// allocation of its own per lock), which the leases it is passed to point at.
+    /// of the process (see `quorum::cohorts`): kept in the lease that won them on the
+    /// nodes (no allocation of its own per lock), which the leases it is passed to point
+    /// at.
     custody: Custody,
     /// The first lease of the run, whose custody this one shares; `None` for that one.
     run_head: Option<Arc<Lease>>,
@@ -60,7 +61,7 @@ pub(crate) struct Lease {
 }
 
 /// A run of holders of one lock in one process: the lock won on the nodes once, then
-/// passed from task to task (see `cohort`).
+/// passed from task to task (see `quorum::cohorts`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CohortRun {
     /// When the round that won the lock on the nodes began.

@@ -193,13 +193,13 @@ pub use redis;
 
 #[cfg(test)]
 mod allocations;
+pub mod backend;
 mod bounds;
-mod cohort;
 mod config;
 mod election;
 mod error;
 mod factory;
-mod family;
+mod fan_out;
 pub mod fencing;
 mod guard;
 mod handoff;
@@ -208,17 +208,16 @@ mod lock;
 mod metrics;
 pub mod node;
 mod observe;
+pub mod protocol;
 mod quorum;
+mod quorum_lock;
 mod redlock;
 mod resource;
 mod retry;
-mod round;
 mod rwlock;
 mod scoped;
 mod semaphore;
 mod single;
-#[cfg(feature = "tls")]
-mod tls;
 mod token;
 mod watchdog;
 
@@ -226,23 +225,24 @@ mod watchdog;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod sim;
 
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use backend::tls::TlsOptions;
 pub use config::{LockConfig, LockConfigBuilder, ReplicaAcks};
 pub use election::{Election, Leader, Leadership};
 pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
 pub use factory::{LockFactory, NamedLock};
-pub use family::QuorumLock;
 pub use guard::LockGuard;
 pub use lease::LostSignal;
 pub use lock::DistributedLock;
 pub use metrics::{LockMetrics, NodeMetrics};
+pub use quorum::quorum_of;
+pub use quorum_lock::QuorumLock;
 pub use redlock::Redlock;
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use rwlock::RwLock;
 pub use semaphore::{Permit, Semaphore};
 pub use single::RedisLock;
-#[cfg(feature = "tls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-pub use tls::TlsOptions;
 pub use token::LockToken;
 pub use watchdog::AutoExtend;
 

@@ -13,7 +13,8 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LostSignal};
 use crate::metrics::{LockMetrics, NodeMetrics};
-use crate::quorum::{Claim, Coordinator};
+use crate::quorum::claim::Claim;
+use crate::quorum::Coordinator;
 use crate::resource::Resources;
 
 /// A lock that many processes share through Redis.

@@ -82,7 +82,7 @@ impl Redlock {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let clients = crate::node::clients_for_urls(
+        let clients = crate::backend::clients_for_urls(
             urls,
             #[cfg(feature = "tls")]
             None,
@@ -91,7 +91,7 @@ impl Redlock {
     }
 
     /// [`connect`](Self::connect), with `tls` for the `rediss://` URLs: a private CA, a
-    /// client certificate, or no verification (see [`TlsOptions`](crate::TlsOptions)).
+    /// client certificate, or no verification (see [`TlsOptions`](crate::backend::tls::TlsOptions)).
     /// Giving options for a plain `redis://` URL is an [`InvalidNode`](LockError::InvalidNode)
     /// error, since they would be ignored.
     ///
@@ -101,14 +101,14 @@ impl Redlock {
     #[cfg(feature = "tls")]
     pub async fn connect_tls<I, S>(
         urls: I,
-        tls: &crate::tls::TlsOptions,
+        tls: &crate::backend::tls::TlsOptions,
         config: LockConfig,
     ) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let clients = crate::node::clients_for_urls(urls, Some(tls))?;
+        let clients = crate::backend::clients_for_urls(urls, Some(tls))?;
         Self::connect_clients(clients, config).await
     }
 
@@ -118,7 +118,7 @@ impl Redlock {
     ///
     /// The nodes are named after the clients' addresses, without credentials
     /// (`redis://host:port[/db]`, `rediss://...`; see
-    /// [`client_name`](crate::node::client_name)). The connection and response timeouts of
+    /// [`client_name`](crate::backend::client_name)). The connection and response timeouts of
     /// the clients' own configuration are not used: the lock's
     /// [`connect_timeout`](LockConfig::connect_timeout) and
     /// [`node_timeout`](LockConfig::node_timeout) apply.
@@ -143,11 +143,11 @@ impl Redlock {
         clients: impl IntoIterator<Item = redis::Client>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
-        Self::connect_clients(crate::node::named_clients(clients), config).await
+        Self::connect_clients(crate::backend::named_clients(clients), config).await
     }
 
     async fn connect_clients(
-        clients: Vec<(String, crate::node::Target)>,
+        clients: Vec<(String, crate::backend::Target)>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
         Ok(Redlock {
@@ -165,7 +165,7 @@ impl Redlock {
         })
     }
 
-    /// How many nodes must agree: `N/2 + 1`.
+    /// How many nodes must agree: `N/2 + 1` ([`quorum_of`](crate::quorum_of)).
     pub fn quorum(&self) -> usize {
         self.lock.coordinator().quorum()
     }
@@ -318,11 +318,11 @@ impl DistributedLock for Redlock {
     }
 }
 
-impl crate::family::sealed::Sealed for Redlock {
+impl crate::quorum_lock::sealed::Sealed for Redlock {
     #[allow(private_interfaces)] // the trait is sealed: only this crate can call it
     fn inner(&self) -> &Lock {
         &self.lock
     }
 }
 
-impl crate::family::QuorumLock for Redlock {}
+impl crate::quorum_lock::QuorumLock for Redlock {}

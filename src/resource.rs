@@ -259,11 +259,18 @@ mod tests {
         let key = tagged.key_for("order:1").unwrap();
         assert_eq!(key, "{lock:order:1}");
         let slot = Slot::for_key(&key);
+        use crate::protocol::keys;
         for derived in [
-            format!("quorumlock:waiters:{key}"),
-            format!("quorumlock:waiter-deadlines:{key}"),
-            format!("quorumlock:watched:{key}"),
-            crate::fencing::counter_key(&key),
+            keys::queue_key(&key),
+            keys::deadlines_key(&key),
+            keys::watched_key(&key),
+            keys::counter_key(&key),
+            keys::readers_key(&key),
+            keys::reader_key(&key, "0123"),
+            keys::writer_waiting_key(&key),
+            keys::leader_key(&key),
+            keys::release_channel(&key),
+            keys::sharded_release_channel(&key),
         ] {
             assert_eq!(Slot::for_key(&derived), slot, "{derived}");
         }

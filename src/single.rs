@@ -50,7 +50,7 @@ impl RedisLock {
     /// Dropping the future abandons the lock before it exists: connecting writes no lock
     /// key, and the connections made so far are dropped with it.
     pub async fn connect(url: &str, config: LockConfig) -> Result<Self, LockError> {
-        let clients = crate::node::clients_for_urls(
+        let clients = crate::backend::clients_for_urls(
             [url],
             #[cfg(feature = "tls")]
             None,
@@ -67,10 +67,10 @@ impl RedisLock {
     #[cfg(feature = "tls")]
     pub async fn connect_tls(
         url: &str,
-        tls: &crate::tls::TlsOptions,
+        tls: &crate::backend::tls::TlsOptions,
         config: LockConfig,
     ) -> Result<Self, LockError> {
-        let clients = crate::node::clients_for_urls([url], Some(tls))?;
+        let clients = crate::backend::clients_for_urls([url], Some(tls))?;
         Self::connect_clients(clients, config).await
     }
 
@@ -82,11 +82,11 @@ impl RedisLock {
     ///
     /// As [`connect`](Self::connect): dropping the future writes nothing to the nodes.
     pub async fn from_client(client: redis::Client, config: LockConfig) -> Result<Self, LockError> {
-        Self::connect_clients(crate::node::named_clients([client]), config).await
+        Self::connect_clients(crate::backend::named_clients([client]), config).await
     }
 
     async fn connect_clients(
-        clients: Vec<(String, crate::node::Target)>,
+        clients: Vec<(String, crate::backend::Target)>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
         Ok(RedisLock {
@@ -244,11 +244,11 @@ impl DistributedLock for RedisLock {
     }
 }
 
-impl crate::family::sealed::Sealed for RedisLock {
+impl crate::quorum_lock::sealed::Sealed for RedisLock {
     #[allow(private_interfaces)] // the trait is sealed: only this crate can call it
     fn inner(&self) -> &Lock {
         &self.lock
     }
 }
 
-impl crate::family::QuorumLock for RedisLock {}
+impl crate::quorum_lock::QuorumLock for RedisLock {}

@@ -46,9 +46,9 @@ pub fn parse_node(text: &str) -> Result<String, String> {
     let shown = mask_password(entry);
     // A cluster or Sentinel URL lists several hosts, which no URL parser takes: the
     // library reads it.
-    let member = quorumlock::node::cluster_seeds(entry)
+    let member = quorumlock::backend::cluster_seeds(entry)
         .map(|seeds| seeds.map(drop))
-        .or_else(|| quorumlock::node::sentinel_client(entry).map(|client| client.map(drop)));
+        .or_else(|| quorumlock::backend::sentinel_client(entry).map(|client| client.map(drop)));
     if let Some(member) = member {
         return member.map(|()| entry.to_owned()).map_err(|error| {
             let reason = match error {

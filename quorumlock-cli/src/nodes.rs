@@ -26,12 +26,12 @@ pub fn node_urls(global: &GlobalArgs) -> Result<Vec<String>, CliError> {
 
 /// Whether `url` names a Redis Cluster member (`redis+cluster://`, `rediss+cluster://`).
 pub fn is_cluster(url: &str) -> bool {
-    quorumlock::node::cluster_seeds(url).is_some()
+    quorumlock::backend::cluster_seeds(url).is_some()
 }
 
 /// Whether `url` names a Sentinel-managed master (`redis+sentinel://`).
 pub fn is_sentinel(url: &str) -> bool {
-    quorumlock::node::sentinel_client(url).is_some()
+    quorumlock::backend::sentinel_client(url).is_some()
 }
 
 /// The quorum of `nodes` nodes: `nodes / 2 + 1`.

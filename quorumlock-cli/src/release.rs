@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use quorumlock::node::{redact_url, LockNode, RedisNode};
+use quorumlock::backend::{redact_url, RedisNode};
+use quorumlock::node::LockNode;
 use quorumlock::LockToken;
 use serde_json::{json, Value};
 

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::LockConfig;
+use crate::error::ConfigError;
 
 /// Wait for replicas to acknowledge a lock before it counts: after a node grants a lock (or
 /// extends it), it runs `WAIT replicas timeout`, and the grant counts only when at least
@@ -103,7 +104,7 @@ impl LockConfig {
         &mut self.deployment
     }
 
-    pub(super) fn validate_deployment(&self) -> Result<(), crate::ConfigError> {
+    pub(super) fn validate_deployment(&self) -> Result<(), ConfigError> {
         let Some(acks) = self.deployment.replica_acks else {
             return Ok(());
         };
@@ -113,7 +114,7 @@ impl LockConfig {
             || !timeout.subsec_nanos().is_multiple_of(1_000_000)
             || timeout >= self.node_timeout()
         {
-            return Err(crate::ConfigError::InvalidReplicaAcks {
+            return Err(ConfigError::InvalidReplicaAcks {
                 replicas: acks.replicas,
                 timeout,
                 node_timeout: self.node_timeout(),
@@ -127,8 +128,7 @@ impl LockConfig {
 mod tests {
     use std::time::Duration;
 
-    use super::ReplicaAcks;
-    use crate::{ConfigError, LockConfig};
+    use super::{ConfigError, LockConfig, ReplicaAcks};
 
     #[test]
     fn replica_acks_need_a_replica_and_a_timeout_below_the_node_timeout() {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{ConfigError, LockError};
-use crate::family::QuorumLock;
 use crate::lock::Lock;
+use crate::quorum_lock::QuorumLock;
 use crate::resource::{Keys, Resources};
 use crate::retry::retry_wait;
 use crate::watchdog::AutoExtend;
@@ -207,7 +207,7 @@ impl<L: QuorumLock> Election<L> {
     }
 
     fn inner(&self) -> &Lock {
-        crate::family::sealed::Sealed::inner(&self.lock)
+        crate::quorum_lock::sealed::Sealed::inner(&self.lock)
     }
 
     async fn campaign_until(

@@ -4,7 +4,7 @@ use futures::Stream;
 
 use super::{Election, Leader};
 use crate::error::LockError;
-use crate::family::QuorumLock;
+use crate::quorum_lock::QuorumLock;
 
 /// What an observer last reported, so that it reports only changes and never steps back.
 #[derive(Debug, Default)]

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use super::{counter_key, MAX_TOKEN};
+use super::MAX_TOKEN;
 use crate::error::{LockError, Tally};
+use crate::protocol::keys::counter_key;
 use crate::resource::Keys;
 
 /// What one counter round asks every node.

@@ -8,12 +8,13 @@
 //!
 //! # How tokens are minted
 //!
-//! Each node keeps a counter per resource (`quorumlock:fence:<key>`, never expiring). After
-//! winning the lock, the holder reads the counter from a majority of nodes, takes the
-//! maximum, and raises the counter to `max + 1` on a majority before using it. Any two
-//! majorities share a node, so the next holder reads at least this token and mints a larger
-//! one. A plain `INCR` on each node with the maximum taken would not be monotonic: two
-//! holders whose majorities differ can see the same maximum.
+//! Each node keeps a counter per resource (`quorumlock:fence:<key>`, never expiring: see
+//! [`counter_key`](crate::protocol::keys::counter_key)). After winning the lock, the
+//! holder reads the counter from a majority of nodes, takes the maximum, and raises the
+//! counter to `max + 1` on a majority before using it. Any two majorities share a node,
+//! so the next holder reads at least this token and mints a larger one. A plain `INCR` on
+//! each node with the maximum taken would not be monotonic: two holders whose majorities
+//! differ can see the same maximum.
 //!
 //! # Limits
 //!
@@ -42,12 +43,6 @@ pub(crate) use self::mint::{mint, CounterQuorum, CounterRequest};
 
 /// The largest fencing token: Redis scripts compute in doubles, exact up to 2^53.
 pub const MAX_TOKEN: u64 = 1 << 53;
-
-/// The key of the fencing counter of the lock key `key` on each lock node (see
-/// [`LockConfig::key_for`](crate::LockConfig::key_for) for the lock key of a resource).
-pub fn counter_key(key: &str) -> String {
-    format!("quorumlock:fence:{key}")
-}
 
 /// The key where [`fenced_set`] and [`fenced_claim`] keep the highest token they accepted
 /// for `key`.
@@ -172,25 +167,25 @@ pub async fn fenced_claim<C: ConnectionLike>(
 }
 
 /// Raise-the-highest-token unless it is already higher, atomically; the check of
-/// [`FENCED_SET_SCRIPT`] without the write.
-const FENCED_CLAIM_SCRIPT: &str = r#"
-local last = tonumber(redis.call("GET", KEYS[1]) or "0")
-local token = tonumber(ARGV[1])
-if token < last then
-    return 0
-end
-redis.call("SET", KEYS[1], ARGV[1])
-return 1
-"#;
+/// [`FENCED_SET_SCRIPT`] without the write. (Each script's text is a newline and its
+/// file, as it has been since the first version: its SHA-1, by which the store caches it,
+/// stays the same.)
+const FENCED_CLAIM_SCRIPT: &str = concat!("\n", include_str!("fenced_claim.lua"));
 
 /// Compare-token-then-write, atomically.
-const FENCED_SET_SCRIPT: &str = r#"
-local last = tonumber(redis.call("GET", KEYS[2]) or "0")
-local token = tonumber(ARGV[1])
-if token < last then
-    return 0
-end
-redis.call("SET", KEYS[2], ARGV[1])
-redis.call("SET", KEYS[1], ARGV[2])
-return 1
-"#;
+const FENCED_SET_SCRIPT: &str = concat!("\n", include_str!("fenced_set.lua"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store caches each script by its SHA-1: clients of this and earlier versions run
+    /// the same two scripts there.
+    #[test]
+    fn the_scripts_keep_their_sha1() {
+        let claim = Script::new(FENCED_CLAIM_SCRIPT);
+        assert_eq!(claim.get_hash(), "e28d16a463c8b2a69b62f032ce4dec0d4f497284");
+        let set = Script::new(FENCED_SET_SCRIPT);
+        assert_eq!(set.get_hash(), "9e123c1d7d840ec41f26c8c7be6fde545ad12f96");
+    }
+}

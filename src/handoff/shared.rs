@@ -8,9 +8,10 @@ use tokio::sync::OnceCell;
 use super::turns::LocalQueues;
 use super::watches::ReleaseWatches;
 use crate::config::micros;
+use crate::fan_out::{spawn_detached, NodeSet, Round};
 use crate::node::QueuePlace;
+use crate::protocol::keys::waiter_id;
 use crate::resource::Keys;
-use crate::round::{spawn_detached, NodeSet, Round};
 use crate::token::LockToken;
 
 /// The hand-off state of one set of node connections, shared by every lock on them (clones,
@@ -78,7 +79,7 @@ impl HandOff {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, micros);
         QueuePlace {
-            waiter: LockToken::from_string(format!("{}:{}", self.client, LockToken::generate())),
+            waiter: LockToken::from_string(waiter_id(&self.client, LockToken::generate().as_str())),
             ticket,
             lifetime,
         }

@@ -87,7 +87,7 @@ pub(crate) struct Waiter {
     /// Wake-ups this acquisition lost to another waiter; widens its spread.
     collisions: u32,
     /// Set once it holds its turn, for a lock passed within the process to go to the
-    /// waiters that do not (see `cohort`).
+    /// waiters that do not (see `quorum::cohorts`).
     contending: Option<Arc<AtomicBool>>,
 }
 

@@ -10,8 +10,8 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use rand::Rng;
 
+use crate::fan_out::poll_first;
 use crate::node::{Announcement, LockNode, ReleaseWatch};
-use crate::round::poll_first;
 
 /// After a hand-off wake-up, each waiter pauses a random moment before its attempt, so
 /// that the waiters of different processes woken by one release do not all send their

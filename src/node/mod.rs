@@ -1,8 +1,11 @@
-//! The node abstraction: the requests the lock algorithms send to one lock node.
+//! The node contract: the requests the lock algorithms send to one lock node, and what a
+//! node must answer.
 //!
 //! The quorum coordinator only ever talks to a [`LockNode`], so the same code runs on real
-//! Redis ([`RedisNode`]) and on any other implementation, such as an in-memory node for
-//! tests. A node answers one [`NodeRequest`] at a time with a [`NodeReply`]; both enums
+//! Redis ([`RedisNode`](crate::backend::RedisNode)) and on any other implementation, such
+//! as the in-memory node of the simulation (`sim`, feature `test-util`). This module is
+//! the floor they all stand on: it names no backend, and how a request is carried out on
+//! a Redis server is the [`protocol`](crate::protocol)'s. A node answers one [`NodeRequest`] at a time with a [`NodeReply`]; both enums
 //! are `#[non_exhaustive]`, so that a new kind of request (and its reply) can be added
 //! without breaking the nodes written before it, which answer it
 //! [`Unsupported`](NodeReply::Unsupported). The typed calls on `dyn LockNode` (`try_lock`,
@@ -16,21 +19,8 @@
 //! creates a lock key, and a lock over several keys is taken or extended on one node for
 //! all of them or for none.
 
-mod address;
-mod cluster;
-mod identity;
-pub(crate) mod link;
-mod redis;
-pub(crate) mod releases;
 mod request;
-pub(crate) mod scripts;
-mod sentinel;
-mod sharded;
-mod silence;
-mod transport;
-mod unawaited;
 mod watch;
-pub(crate) mod wire;
 
 use std::fmt;
 use std::future::Future;
@@ -43,12 +33,7 @@ use futures::FutureExt;
 use crate::error::NodeError;
 use crate::token::LockToken;
 
-pub use self::address::{client_name, cluster_seeds, redact_url};
-pub(crate) use self::address::{clients_for_urls, named_clients, Target};
-pub(crate) use self::redis::connect_checked;
-pub use self::redis::RedisNode;
 pub use self::request::{NodeReply, NodeRequest, QueuePlace};
-pub use self::sentinel::sentinel_client;
 pub use self::watch::{Announcement, ReleaseWatch};
 
 /// One independent lock node, as the lock algorithms see it: a name, hints, and one call

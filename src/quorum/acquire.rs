@@ -8,12 +8,13 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::family::Claim;
-use super::rounds::{Answer, Command, Wait};
-use super::Coordinator;
-use crate::cohort::Seat;
+use super::claim::Claim;
+use super::cohorts::Seat;
+use super::votes::{Answer, Command, Wait};
+use super::{Baton, Coordinator};
 use crate::config::{micros, millis};
 use crate::error::{LockError, Tally};
+use crate::fan_out::spawn_detached;
 use crate::fencing;
 use crate::handoff::{Asking, Next, TurnTimedOut, Waiter};
 use crate::lease::Lease;
@@ -21,7 +22,6 @@ use crate::metrics::Counters;
 use crate::observe;
 use crate::resource::{Keys, Resources};
 use crate::retry::retry_wait;
-use crate::round::spawn_detached;
 use crate::token::LockToken;
 
 impl Coordinator {
@@ -255,7 +255,7 @@ impl Coordinator {
 
     /// [`acquire`](Self::acquire), noting the resource and the attempts on `span`. With
     /// cohorts on, it also waits in this process's line of the keys, where a task that
-    /// holds them may pass them on (see `cohort`): whichever comes first wins, and the
+    /// holds them may pass them on (see `cohorts`): whichever comes first wins, and the
     /// other is given up (a lock won on the nodes drops the seat, whose baton, if one came
     /// meanwhile, goes to the next seat). It sits down at once when the keys are contended
     /// in this process (a line, a turn, or a refusal within the last second), else only
@@ -274,7 +274,7 @@ impl Coordinator {
                 .await;
         }
         let (keys, ttl) = (&resources.keys, self.config.ttl());
-        let seat: Seat = self.cohorts().seat(keys, ttl);
+        let seat: Seat<Baton> = self.cohorts().seat(keys, ttl);
         if self.cohorts().has_line(keys, ttl) || self.hand_off.contended_here(keys) {
             seat.sit();
         }
@@ -294,7 +294,7 @@ impl Coordinator {
         resources: &Resources,
         deadline: Option<Instant>,
         span: &tracing::Span,
-        seat: Option<&Seat>,
+        seat: Option<&Seat<Baton>>,
     ) -> Result<Arc<Lease>, LockError> {
         let started = Instant::now();
         let timed_out = |last: Option<LockError>| LockError::TimedOut {

@@ -7,15 +7,15 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::rounds::{Answer, Command, Wait};
 use super::stragglers::{finish_in_background, record_unlocks};
+use super::votes::{Answer, Command, Wait};
 use super::Coordinator;
 use crate::config::millis;
 use crate::error::{LeaseEnd, LockError};
+use crate::fan_out::spawn_detached;
 use crate::lease::Lease;
 use crate::metrics::Counters;
 use crate::observe;
-use crate::round::spawn_detached;
 
 impl Coordinator {
     /// Deletes the lease's keys on every node. Returns once a quorum deleted them (the

@@ -5,13 +5,19 @@
 //! the same command sent to every node at once, each reply bounded by the per-node timeout,
 //! and the replies counted until the outcome is decided.
 //!
-//! - `rounds`: sending a command to the nodes and counting the replies into a [`Tally`].
+//! - `votes`: the command a round sends to every node (over a [`Round`] of
+//!   [`fan_out`](crate::fan_out)), and its replies counted into a [`Tally`] until a quorum
+//!   agreed or can no longer agree; the fencing counters' rounds.
 //! - `acquire`: one attempt (the lock round, the validity check, the rollback) and the
 //!   blocking acquire that repeats it, with the drop guards that make both cancel-safe.
 //! - `held`: what a held lock's [`Lease`] asks of the nodes: release, refresh, holds.
 //! - `stragglers`: the requests a decided round leaves in flight.
-//! - `family`: what the read-write lock and the election ask beyond the mutex: an
-//!   acquisition by another lock request ([`Claim`]), the leader's record.
+//! - `cohorts`: the lines of this process's waiters, in which a released lock may pass to
+//!   the next of them;
+//! - `pass`: that pass ([`Baton`]), within the bounds of the coordinator's configuration.
+//! - `claim`: an acquisition by another lock request than the mutex's ([`Claim`]: the
+//!   sides of a read-write lock).
+//! - `leader_record`: an election leader's record, written to and read from a quorum.
 //!
 //! An acquisition hands out a [`Lease`], not a guard: the guard sits above the
 //! coordinator, which it calls for each of its operations.
@@ -20,26 +26,43 @@
 //! and advance, so the same code runs on a simulated timeline.
 //!
 //! [`Tally`]: crate::Tally
+//! [`Round`]: crate::fan_out::Round
 //! [`Lease`]: crate::lease::Lease
 
 mod acquire;
-mod family;
+pub(crate) mod claim;
+mod cohorts;
 mod held;
-mod rounds;
+mod leader_record;
+mod pass;
 mod stragglers;
+mod votes;
 
 use std::sync::Arc;
 
-use crate::cohort::Cohorts;
 use crate::config::LockConfig;
 use crate::error::{LockError, Tally};
+use crate::fan_out::NodeSet;
 use crate::handoff::HandOff;
+use crate::lease::Lease;
 use crate::metrics::{Counters, NodeMetrics};
 use crate::node::LockNode;
 use crate::observe::Observed;
-use crate::round::NodeSet;
 
-pub(crate) use self::family::Claim;
+use self::cohorts::Cohorts;
+
+/// How many of `nodes` nodes must agree for an operation to succeed: a majority,
+/// `nodes / 2 + 1` (1 of 1, 2 of 3, 3 of 5). Any two majorities of the same nodes share a
+/// node, which is what a lock's exclusion and the fencing counters' order rest on.
+///
+/// ```
+/// assert_eq!(quorumlock::quorum_of(1), 1);
+/// assert_eq!(quorumlock::quorum_of(4), 3);
+/// assert_eq!(quorumlock::quorum_of(5), 3);
+/// ```
+pub const fn quorum_of(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
 
 /// The Redlock algorithm over a fixed set of nodes with one configuration.
 pub(crate) struct Coordinator {
@@ -50,13 +73,22 @@ pub(crate) struct Coordinator {
     /// The turns, queue places and announcements of the blocking acquisitions.
     hand_off: Arc<HandOff>,
     /// The lines of this process's waiters that a release may pass its lock to.
-    cohorts: Arc<Cohorts>,
+    cohorts: Arc<Cohorts<Baton>>,
     config: LockConfig,
     quorum: usize,
     /// The tallies of won rounds that met no refusal or failure, by how many nodes had
     /// agreed when the quorum was decided: nearly every lease is won so, and shares one of
     /// these instead of keeping a copy (see `won_tally`).
     clean_tallies: Arc<[Arc<Tally>]>,
+}
+
+/// A held lock on its way from one task to the next (see `pass`): the passer's lease,
+/// ended as passed, and the coordinator that granted it. Taken, it becomes the receiver's
+/// lease; dropped untaken (its receiver gave up meanwhile), it goes to the next seat, or
+/// to the nodes.
+pub(crate) struct Baton {
+    coordinator: Arc<Coordinator>,
+    lease: Option<Arc<Lease>>,
 }
 
 impl Coordinator {
@@ -92,7 +124,7 @@ impl Coordinator {
                 });
             }
         }
-        let quorum = nodes.len() / 2 + 1;
+        let quorum = quorum_of(nodes.len());
         let observed = Arc::new(Observed::new(&nodes));
         let nodes: NodeSet = nodes.into();
         Ok(Coordinator {
@@ -117,10 +149,10 @@ impl Coordinator {
     }
 
     /// A coordinator over Redis nodes for `clients` (named without credentials), connected
-    /// and checked at once (see [`connect_checked`](crate::node::connect_checked)), the
+    /// and checked at once (see [`connect_checked`](crate::backend::connect_checked)), the
     /// nodes counting into the coordinator's counters.
     pub(crate) async fn connected(
-        clients: Vec<(String, crate::node::Target)>,
+        clients: Vec<(String, crate::backend::Target)>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
         // A cluster member routes each script by its first key: every key of a lock must
@@ -128,7 +160,7 @@ impl Coordinator {
         if clients.len() > 1 && !config.sentinel_members() {
             if let Some((name, _)) = clients
                 .iter()
-                .find(|(_, target)| matches!(target, crate::node::Target::Sentinel(_)))
+                .find(|(_, target)| matches!(target, crate::backend::Target::Sentinel(_)))
             {
                 return Err(LockError::InvalidNode {
                     node: name.clone(),
@@ -143,14 +175,14 @@ impl Coordinator {
         }
         let config = if clients
             .iter()
-            .any(|(_, target)| matches!(target, crate::node::Target::Cluster(_)))
+            .any(|(_, target)| matches!(target, crate::backend::Target::Cluster(_)))
         {
             config.for_cluster_members()
         } else {
             config
         };
         let counters = Arc::default();
-        let nodes = crate::node::connect_checked(clients, &config, &counters)
+        let nodes = crate::backend::connect_checked(clients, &config, &counters)
             .await?
             .into_iter()
             .map(|node| Arc::new(node) as Arc<dyn LockNode>)
@@ -195,7 +227,7 @@ impl Coordinator {
     }
 
     /// The lines of this process's waiters, shared by every lock on these connections.
-    pub(crate) fn cohorts(&self) -> &Arc<Cohorts> {
+    pub(crate) fn cohorts(&self) -> &Arc<Cohorts<Baton>> {
         &self.cohorts
     }
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 
-use super::rounds::{Answer, InFlight};
+use super::votes::{Answer, InFlight};
 use super::Coordinator;
+use crate::fan_out::spawn_detached;
 use crate::lease::Lease;
-use crate::round::spawn_detached;
 use crate::token::LockToken;
 
 impl Coordinator {

@@ -15,13 +15,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::family::{retry_until, QuorumLock};
 use crate::guard::LockGuard;
 use crate::lease::LostSignal;
 use crate::lock::Lock;
-use crate::node::scripts::{READERS_PREFIX, READER_PREFIX, WRITER_WAITING_PREFIX};
-use crate::quorum::Claim;
+use crate::protocol::keys::{self, READER_PREFIX};
+use crate::quorum::claim::Claim;
+use crate::quorum_lock::QuorumLock;
 use crate::resource::{Name, Resources};
+use crate::retry::retry_until;
 use crate::token::LockToken;
 
 /// A read-write lock shared by many processes through the lock's nodes: any number of
@@ -142,13 +143,13 @@ impl<L: QuorumLock> RwLock<L> {
     /// `quorumlock:readers:<writer key>`. A listed entry that no longer exists is a reader
     /// gone, dropped from the list by the next acquisition.
     pub fn readers_key(&self) -> String {
-        readers_key(&self.writer)
+        keys::readers_key(&self.writer)
     }
 
     /// The key of the writer-waiting mark on each node, for inspection: present while a
     /// blocked writer keeps new readers out.
     pub fn writer_waiting_key(&self) -> String {
-        format!("{WRITER_WAITING_PREFIX}{}", self.writer)
+        keys::writer_waiting_key(&self.writer)
     }
 
     /// One attempt at the read side, no waiting: [`LockError::Held`] while a writer holds
@@ -248,7 +249,7 @@ impl<L: QuorumLock> RwLock<L> {
     }
 
     fn inner(&self) -> &Lock {
-        crate::family::sealed::Sealed::inner(&self.lock)
+        crate::quorum_lock::sealed::Sealed::inner(&self.lock)
     }
 
     fn deadline_in(&self, timeout: Duration) -> Option<Instant> {
@@ -270,7 +271,7 @@ impl<L: QuorumLock> RwLock<L> {
     async fn attempt(&self, side: Side, blocking: bool) -> Result<LockGuard, LockError> {
         let (keys, claim) = match side {
             Side::Read => {
-                let entry = reader_entry(&self.writer, &LockToken::generate());
+                let entry = keys::reader_key(&self.writer, LockToken::generate().as_str());
                 let claim = Claim::Shared {
                     writer: Arc::clone(&self.writer),
                 };
@@ -289,16 +290,6 @@ impl<L: QuorumLock> RwLock<L> {
         };
         self.inner().try_claim(&resources, &claim).await
     }
-}
-
-/// The reader list of the write-side key `writer`.
-fn readers_key(writer: &str) -> String {
-    format!("{READERS_PREFIX}{writer}")
-}
-
-/// A reader's entry of the write-side key `writer`, named by a fresh `id`.
-fn reader_entry(writer: &str, id: &LockToken) -> String {
-    format!("{READER_PREFIX}{writer}:{id}")
 }
 
 /// What a reader's entry adds to the length of a name: its prefix, `:` and a 32-digit id.

@@ -23,6 +23,7 @@ use crate::config::LockConfig;
 use crate::error::{ConfigError, LockError};
 use crate::lease::LostSignal;
 use crate::lock::DistributedLock;
+use crate::protocol::keys::permit_resource;
 
 pub use self::permit::Permit;
 
@@ -92,7 +93,7 @@ impl<L: DistributedLock> Semaphore<L> {
         }
         // The longest slot name is the last one: checked once here, not on each attempt.
         lock.config().key_for(name)?;
-        lock.config().key_for(&slot_resource(name, permits - 1))?;
+        lock.config().key_for(&permit_resource(name, permits - 1))?;
         Ok(Semaphore {
             lock,
             name: name.to_owned(),
@@ -127,7 +128,7 @@ impl<L: DistributedLock> Semaphore<L> {
     /// # });
     /// ```
     pub fn slot_resource(&self, slot: u32) -> String {
-        slot_resource(&self.name, slot)
+        permit_resource(&self.name, slot)
     }
 
     /// One pass over the slots, no waiting: the first slot whose lock could be taken, from
@@ -213,13 +214,8 @@ impl<L: DistributedLock> Semaphore<L> {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<Permit, LockError> {
         let config = self.config();
-        crate::family::retry_until(config, &self.name, deadline, || self.try_acquire()).await
+        crate::retry::retry_until(config, &self.name, deadline, || self.try_acquire()).await
     }
-}
-
-/// The resource of slot `slot` of the semaphore `name`.
-fn slot_resource(name: &str, slot: u32) -> String {
-    format!("{name}:permit:{slot}")
 }
 
 impl<L> std::fmt::Debug for Semaphore<L> {

@@ -17,11 +17,9 @@ use super::log::{Applied, Op, OpRecord, Outcome, Reply, Stored};
 use super::node::{stored, SimNode};
 use super::server::{ScriptHost, ServerReply};
 use crate::error::NodeError;
-use crate::node::link::is_unreachable;
-use crate::node::releases::{RELEASE_CHANNEL_PREFIX, WAITER_CHANNEL_PREFIX};
-use crate::node::scripts::{CachedScript, Resend};
-use crate::node::wire::{wire, Read, Wire};
 use crate::node::{NodeReply, NodeRequest};
+use crate::protocol::keys::{release_channel, waiter_channel};
+use crate::protocol::{is_unreachable, wire, CachedScript, Read, Resend, Wire};
 use crate::token::LockToken;
 
 /// What one command of a request is, for the log.
@@ -65,11 +63,11 @@ impl SimNode {
                     read,
                 } => (command, Some(Arc::clone(script)), resend, read),
                 Wire::WatchReleases(key) => {
-                    let channel = format!("{RELEASE_CHANNEL_PREFIX}{key}");
+                    let channel = release_channel(key);
                     return Ok(NodeReply::Watch(self.lock().pubsub.watch(&channel)));
                 }
                 Wire::WatchReservations(client) => {
-                    let channel = format!("{WAITER_CHANNEL_PREFIX}{client}");
+                    let channel = waiter_channel(client);
                     return Ok(NodeReply::Watch(self.lock().pubsub.watch(&channel)));
                 }
                 Wire::Unsupported => return Ok(NodeReply::Unsupported),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::NodeError;
+use crate::protocol::keys::RESERVED_PREFIX;
 use crate::token::LockToken;
 
 /// A request as the node logged it.
@@ -206,9 +207,6 @@ impl Stored {
         self.token.as_str().strip_prefix(RESERVED_PREFIX)
     }
 }
-
-/// What a key released to a queued waiter holds: this prefix and the waiter's id.
-pub(super) const RESERVED_PREFIX: &str = "quorumlock:reserved:";
 
 /// What became of the answer to an applied command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -119,4 +119,4 @@ mod server;
 pub use self::cluster::SimCluster;
 pub use self::log::{Applied, Op, OpRecord, Outcome, Reply, Stored};
 pub use self::node::SimNode;
-pub use self::server::{Data, Keyspace, LiveKey, NodeScript, Published, ScriptHost, ServerReply};
+pub use self::server::{Data, Keyspace, LiveKey, Published, ScriptHost, ServerReply};

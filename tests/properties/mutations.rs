@@ -9,7 +9,8 @@
 //!
 //! The property named with each mutation must then fail (the others may too).
 
-use quorumlock::sim::{NodeScript, SimCluster};
+use quorumlock::protocol::NodeScript;
+use quorumlock::sim::SimCluster;
 
 /// The environment variable that names the mutation of a run.
 pub const MUTATION_VAR: &str = "QUORUMLOCK_MUTATION";

@@ -1010,7 +1010,7 @@ async fn errors_name_each_failing_node_and_why_and_never_a_password() {
     let lock = redlock_via(&cluster, chaos_config(ttl)).await;
     let names: Vec<String> = lock.node_names().map(str::to_owned).collect();
     for (name, url) in names.iter().zip(&urls) {
-        assert_eq!(name, &quorumlock::node::redact_url(url));
+        assert_eq!(name, &quorumlock::backend::redact_url(url));
         assert!(!name.contains(PASSWORD));
     }
     let mut texts = vec![format!("{lock:?}")];

@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::common::{
     cluster, config, eventually, node_command, proxied, redlock, redlock_via, TTL,
 };
-use quorumlock::node::{LockNode, RedisNode};
+use quorumlock::backend::RedisNode;
+use quorumlock::node::LockNode;
 use quorumlock::{LockGuard, Redlock};
 use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster, ResetWhen};
 use rand::Rng;

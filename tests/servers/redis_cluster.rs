@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::common::{command_calls, eventually, TTL};
-use quorumlock::fencing::counter_key;
+use quorumlock::protocol::keys::counter_key;
 use quorumlock::{LockConfig, LockError, RedisLock, Redlock};
 use quorumlock_testkit::{RedisCluster, ShardedCluster};
 

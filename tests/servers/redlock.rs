@@ -12,7 +12,8 @@ use crate::common::{
     acquire_and_release, cluster, config, eventually, held_on_every_node, no_keys_left, redlock,
     TTL,
 };
-use quorumlock::node::{LockNode, RedisNode};
+use quorumlock::backend::RedisNode;
+use quorumlock::node::LockNode;
 use quorumlock::{LockConfig, LockError, LockToken, Redlock};
 use quorumlock_testkit::{NodeOptions, RedisCluster};
 

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use crate::common::{
     acquire_and_release, cluster, config, eventually, raw_connection, retrying, NODE_TIMEOUT, TTL,
 };
-use quorumlock::node::{LockNode, RedisNode};
+use quorumlock::backend::RedisNode;
+use quorumlock::node::LockNode;
 use quorumlock::{DistributedLock, LockConfig, LockError, LockToken, NodeError, RedisLock};
 use quorumlock_testkit::RedisCluster;
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use indicatif::{ProgressBar, ProgressStyle};
-use quorumlock::node::redact_url;
+use quorumlock::backend::redact_url;
 use quorumlock::{LockConfig, LockError, LockMetrics};
 use quorumlock_testkit::measure::{self, histogram, record, Histogram};
 use redis::aio::ConnectionManager;

@@ -9,7 +9,7 @@ mod readers_and_permits;
 mod view;
 
 use futures::future::join_all;
-use quorumlock::node::redact_url;
+use quorumlock::backend::redact_url;
 use serde_json::{json, Value};
 
 use crate::args::{GlobalArgs, StatusArgs};

@@ -35,10 +35,10 @@ pub fn members(global: &GlobalArgs, urls: &[String]) -> Result<Vec<Member>, CliE
     urls.iter()
         .map(|url| {
             let invalid = |error: quorumlock::LockError| CliError::from_lock(&error);
-            if let Some(seeds) = quorumlock::node::cluster_seeds(url) {
+            if let Some(seeds) = quorumlock::backend::cluster_seeds(url) {
                 return seeds.map(Member::Cluster).map_err(invalid);
             }
-            if let Some(sentinel) = quorumlock::node::sentinel_client(url) {
+            if let Some(sentinel) = quorumlock::backend::sentinel_client(url) {
                 return sentinel.map(Member::Sentinel).map_err(invalid);
             }
             let mut client = check_urls(global, std::slice::from_ref(url))?;

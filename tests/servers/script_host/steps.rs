@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use quorumlock::sim::NodeScript;
+use quorumlock::protocol::NodeScript;
 
 /// The lock keys the sequences use.
 const KEYS: [&str; 3] = ["a", "b", "c"];

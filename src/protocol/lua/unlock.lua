@@ -1,0 +1,15 @@
+local n = #KEYS / 4
+local all = 1
+for i = 1, n do
+    local key = KEYS[i]
+    if redis.call("GET", key) == ARGV[1] then
+        redis.call("DEL", key)
+        local queue, watched = KEYS[n + 2 * i - 1], KEYS[3 * n + i]
+        if redis.call("EXISTS", queue, watched) > 0 then
+            pass_on(key, queue, KEYS[n + 2 * i], watched, ARGV[2])
+        end
+    else
+        all = 0
+    end
+end
+return all

@@ -1,0 +1,404 @@
+//! From a [`NodeRequest`] to the one Redis command that carries it out, and from the
+//! node's reply back to a [`NodeReply`]: the only place where a request is given its
+//! script, its KEYS and its ARGV.
+//!
+//! Both the Redis node (`crate::backend`) and the simulated node (`crate::sim`, feature
+//! `test-util`) send what [`wire`] says and read the answer with its [`Read`], so a new
+//! request, or a new script for a request, runs the same way on a real server and in the
+//! simulation. To add a request: a variant of [`NodeRequest`], its arm in [`wire`] (a plain
+//! command, or a [`ScriptCall`] of a [`NodeScript`] with its arguments), and the [`Read`]
+//! of its reply; a new script also needs its [`NodeScript`] variant, source and layout.
+
+mod election;
+mod rwlock;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use super::keys::RELEASE_CHANNEL_PREFIX;
+use super::script_calls::{CachedScript, NodeScripts, Resend, ScriptCall};
+use super::scripts::NodeScript;
+use crate::config::millis;
+use crate::error::NodeError;
+use crate::node::{NodeReply, NodeRequest, QueuePlace};
+use crate::token::LockToken;
+
+/// What a node does for one request.
+pub(crate) enum Wire<'a> {
+    /// Sends `command` once, and reads its reply with `read`.
+    Command {
+        /// The command.
+        command: Cmd,
+        /// How its reply answers the request.
+        read: Read,
+    },
+    /// Calls `script` with `command` (reloading it on `NOSCRIPT`, resending as `resend`
+    /// says), and reads its reply with `read`.
+    Script {
+        /// The script called, with whether the node is known to have it.
+        script: &'a Arc<CachedScript>,
+        /// The call: `EVALSHA` or `EVAL`, the keys, the arguments.
+        command: Cmd,
+        /// When a failed call is sent again.
+        resend: Resend,
+        /// How its reply answers the request.
+        read: Read,
+    },
+    /// Watches the release announcements of a key (pub/sub, not a command).
+    WatchReleases(&'a str),
+    /// Watches the announcements of the keys reserved for a client's waiters.
+    WatchReservations(&'a str),
+    /// The node does not do this: it answers [`NodeReply::Unsupported`].
+    Unsupported,
+}
+
+/// How a node's reply answers a request.
+#[derive(Debug, Clone)]
+pub(crate) enum Read {
+    /// `SET NX`: `OK` took the key, nil did not.
+    SetNx,
+    /// A script's integer: 1 did what was asked, anything else refused.
+    Flag,
+    /// A script's integer: a counter's value.
+    Counter,
+    /// `GET` (`single`) or `MGET`: whether every value is the token.
+    Holds {
+        /// The token the keys must hold.
+        token: LockToken,
+        /// One key: the reply is a value, not an array of them.
+        single: bool,
+    },
+    /// `GET` (`single`) or `MGET` of fencing counters: the highest, 0 for none.
+    HighestCounter {
+        /// One key: the reply is a value, not an array of them.
+        single: bool,
+    },
+    /// Any reply: done.
+    Done,
+    /// `MGET` of an election's lock key and its leader record: the record, when current.
+    Proclamation,
+}
+
+/// The command, or the script call, that carries out `request` on a node whose scripts
+/// are `scripts`, which announces releases when `announce` (see
+/// [`RedisNode::announce_releases`](crate::backend::RedisNode::announce_releases)).
+// The simulated nodes' entry; Redis nodes pick their channel ([`wire_announcing`]).
+#[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+pub(crate) fn wire<'a>(
+    request: NodeRequest<'a>,
+    scripts: &'a NodeScripts,
+    announce: bool,
+) -> Result<Wire<'a>, NodeError> {
+    let channel = if announce { RELEASE_CHANNEL_PREFIX } else { "" };
+    wire_announcing(request, scripts, channel)
+}
+
+/// [`wire`], announcing releases on `channel` and the key (none when empty): the classic
+/// [`RELEASE_CHANNEL_PREFIX`], or a Redis Cluster member's sharded one
+/// ([`SHARDED_RELEASE_CHANNEL_PREFIX`](super::keys::SHARDED_RELEASE_CHANNEL_PREFIX)).
+pub(crate) fn wire_announcing<'a>(
+    request: NodeRequest<'a>,
+    scripts: &'a NodeScripts,
+    channel: &'static str,
+) -> Result<Wire<'a>, NodeError> {
+    let announce = !channel.is_empty();
+    let repeatable = |name, keys: &[Arc<str>], args: &[&[u8]], read| {
+        script_call(scripts, name, keys, args, Resend::AlsoAfterReconnect, read)
+    };
+    Ok(match request {
+        NodeRequest::Lock { keys, token, ttl } => lock(scripts, keys, token, ttl)?,
+        NodeRequest::Unlock { keys, token } => repeatable(
+            NodeScript::Unlock,
+            keys,
+            &[token.as_bytes(), channel.as_bytes()],
+            Read::Flag,
+        )?,
+        NodeRequest::Extend { keys, token, ttl } => {
+            let ttl = Decimal::new(millis(ttl));
+            repeatable(
+                NodeScript::Extend,
+                keys,
+                &[token.as_bytes(), ttl.as_bytes()],
+                Read::Flag,
+            )?
+        }
+        NodeRequest::Holds { keys, token } => Wire::Command {
+            command: values(keys)?,
+            read: Read::Holds {
+                token: token.clone(),
+                single: keys.len() == 1,
+            },
+        },
+        NodeRequest::ReadCounter { keys } => Wire::Command {
+            command: values(keys)?,
+            read: Read::HighestCounter {
+                single: keys.len() == 1,
+            },
+        },
+        NodeRequest::RaiseCounter { keys, value } => {
+            let value = Decimal::new(value);
+            repeatable(
+                NodeScript::RaiseCounter,
+                keys,
+                &[value.as_bytes()],
+                Read::Counter,
+            )?
+        }
+        NodeRequest::LockWatching {
+            keys,
+            token,
+            ttl,
+            interest,
+        } => {
+            if !announce {
+                return lock(scripts, keys, token, ttl);
+            }
+            let (ttl, interest) = (
+                Decimal::new(millis(ttl)),
+                Decimal::new(millis(interest).max(1)),
+            );
+            let args = [token.as_bytes(), ttl.as_bytes(), interest.as_bytes()];
+            lock_script(scripts, NodeScript::LockWatching, keys, &args)?
+        }
+        NodeRequest::LockQueued {
+            keys,
+            token,
+            ttl,
+            place,
+        } => lock_queued(scripts, keys, token, ttl, place, channel)?,
+        NodeRequest::LeaveQueue { keys, waiter } => {
+            // A waiter for several keys may be queued under any of them.
+            let args = [waiter.as_bytes(), channel.as_bytes()];
+            repeatable(NodeScript::LeaveQueue, keys, &args, Read::Done)?
+        }
+        NodeRequest::WatchReleases { key } if announce => Wire::WatchReleases(key),
+        NodeRequest::WatchReservations { client } if announce => Wire::WatchReservations(client),
+        NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
+            Wire::Unsupported
+        }
+        NodeRequest::LockShared {
+            keys,
+            token,
+            ttl,
+            writer,
+        } => rwlock::lock_shared(scripts, keys, token, ttl, writer)?,
+        NodeRequest::LockExclusive {
+            keys,
+            token,
+            ttl,
+            waiting,
+        } => rwlock::lock_exclusive(scripts, keys, token, ttl, waiting)?,
+        NodeRequest::Proclaim {
+            keys,
+            token,
+            record,
+        } => election::proclaim(scripts, keys, token, record)?,
+        NodeRequest::ReadProclamation { keys } => election::read_proclamation(keys)?,
+    })
+}
+
+/// A lock attempt: one key by a plain `SET NX PX` (the common case: no script), several by
+/// the lock script.
+fn lock<'a>(
+    scripts: &'a NodeScripts,
+    keys: &[Arc<str>],
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<Wire<'a>, NodeError> {
+    let ttl = millis(ttl);
+    let [key] = keys else {
+        let ttl = Decimal::new(ttl);
+        let args = [token.as_bytes(), ttl.as_bytes()];
+        return lock_script(scripts, NodeScript::Lock, keys, &args);
+    };
+    let mut set = Cmd::with_capacity(6, key.len() + token.as_bytes().len() + 32);
+    set.arg("SET")
+        .arg(&**key)
+        .arg(token.as_bytes())
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl);
+    Ok(Wire::Command {
+        command: set,
+        read: Read::SetNx,
+    })
+}
+
+/// A queued waiter's lock attempt. A waiter for several keys may move between their queues
+/// and pass on a key reserved for it, so it needs every key's queue and marker, and the
+/// channel prefix to announce what it passes on.
+fn lock_queued<'a>(
+    scripts: &'a NodeScripts,
+    keys: &[Arc<str>],
+    token: &LockToken,
+    ttl: Duration,
+    place: &QueuePlace,
+    channel: &str,
+) -> Result<Wire<'a>, NodeError> {
+    let ttl = Decimal::new(millis(ttl));
+    let ticket = Decimal::new(place.ticket);
+    let lifetime = Decimal::new(millis(place.lifetime).max(1));
+    let args = [
+        token.as_bytes(),
+        ttl.as_bytes(),
+        place.waiter.as_bytes(),
+        ticket.as_bytes(),
+        lifetime.as_bytes(),
+        channel.as_bytes(),
+    ];
+    match keys {
+        [] => Err(no_keys()),
+        [_] => lock_script(scripts, NodeScript::LockQueued, keys, &args[..5]),
+        _ => lock_script(scripts, NodeScript::LockQueuedMany, keys, &args),
+    }
+}
+
+/// A call of one of the lock scripts: a lock call dropped midway took nothing and need not
+/// go on, so it is sent again only after a reload.
+fn lock_script<'a>(
+    scripts: &'a NodeScripts,
+    name: NodeScript,
+    keys: &[Arc<str>],
+    args: &[&[u8]],
+) -> Result<Wire<'a>, NodeError> {
+    script_call(scripts, name, keys, args, Resend::AfterReload, Read::Flag)
+}
+
+/// A call of the script `name` on `keys` with `args`.
+fn script_call<'a>(
+    scripts: &'a NodeScripts,
+    name: NodeScript,
+    keys: &[Arc<str>],
+    args: &[&[u8]],
+    resend: Resend,
+    read: Read,
+) -> Result<Wire<'a>, NodeError> {
+    if keys.is_empty() {
+        return Err(no_keys());
+    }
+    let script = scripts.get(name);
+    Ok(Wire::Script {
+        script,
+        command: ScriptCall::new(script, keys, args).command(),
+        resend,
+        read,
+    })
+}
+
+/// The values of `keys`: `GET` for one, `MGET` for several.
+fn values(keys: &[Arc<str>]) -> Result<Cmd, NodeError> {
+    if keys.is_empty() {
+        return Err(no_keys());
+    }
+    let mut command = redis::cmd(if keys.len() == 1 { "GET" } else { "MGET" });
+    for key in keys {
+        command.arg(&**key);
+    }
+    Ok(command)
+}
+
+impl Read {
+    /// The answer to the request in the node's `reply` (an error reply was made an error
+    /// before).
+    pub(crate) fn reply(&self, reply: Value) -> Result<NodeReply, NodeError> {
+        Ok(match self {
+            Read::SetNx => match reply {
+                Value::Okay => NodeReply::Done(true),
+                Value::Nil => NodeReply::Done(false),
+                other => {
+                    return Err(NodeError::Redis(format!(
+                        "unexpected reply to SET NX: {other:?}"
+                    )))
+                }
+            },
+            Read::Flag => NodeReply::Done(integer(reply)? == 1),
+            Read::Counter => NodeReply::Counter(integer(reply)?),
+            Read::Holds { token, single } => {
+                let values = strings(reply, *single)?;
+                let all = values
+                    .iter()
+                    .all(|value| value.as_deref() == Some(token.as_str()));
+                NodeReply::Done(all)
+            }
+            Read::HighestCounter { single } => {
+                let mut highest = 0;
+                for value in strings(reply, *single)?.into_iter().flatten() {
+                    let counter = value.parse::<u64>().map_err(|_| {
+                        NodeError::Redis(format!("a fencing counter holds {value:?}, not a number"))
+                    })?;
+                    highest = highest.max(counter);
+                }
+                NodeReply::Counter(highest)
+            }
+            Read::Done => NodeReply::Done(true),
+            Read::Proclamation => NodeReply::Text(election::proclamation(reply)?),
+        })
+    }
+}
+
+/// A script's integer reply.
+fn integer(reply: Value) -> Result<u64, NodeError> {
+    redis::from_redis_value(reply).map_err(|err| NodeError::Redis(err.to_string()))
+}
+
+/// The values of a `GET` (`single`) or `MGET` reply.
+fn strings(reply: Value, single: bool) -> Result<Vec<Option<String>>, NodeError> {
+    let parsed = if single {
+        redis::from_redis_value::<Option<String>>(reply).map(|value| vec![value])
+    } else {
+        redis::from_redis_value(reply)
+    };
+    parsed.map_err(|err| NodeError::Redis(err.to_string()))
+}
+
+/// A number in decimal, written on the stack: a script argument without an allocation
+/// (three `to_string`s per queued attempt were a tenth of a request's allocations).
+struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn new(mut value: u64) -> Self {
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (value % 10) as u8;
+            value /= 10;
+            if value == 0 {
+                break;
+            }
+        }
+        Decimal { digits, start }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
+}
+
+/// The error for a request of the read-write lock or the election given other than one
+/// key, which they never send.
+fn one_key(what: &str) -> NodeError {
+    NodeError::Redis(format!("a {what} request takes exactly one key"))
+}
+
+/// The error for a call without keys, which a lock never makes.
+fn no_keys() -> NodeError {
+    NodeError::Redis("a lock needs at least one key".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Decimal;
+
+    #[test]
+    fn decimals_read_as_their_numbers() {
+        for value in [0, 7, 10, 999, 30_000, 1 << 53, u64::MAX] {
+            assert_eq!(Decimal::new(value).as_bytes(), value.to_string().as_bytes());
+        }
+    }
+}
