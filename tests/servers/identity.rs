@@ -123,13 +123,22 @@ impl ClusterModeServer {
             .stdout(Stdio::null())
             .spawn()
             .expect("start redis-server");
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                break;
+        // Ready once it answers: a port that accepts is not yet a server that replies, and
+        // on a loaded machine a server can take seconds to start.
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        let started = std::time::Instant::now();
+        loop {
+            if let Ok(mut connection) = client.get_multiplexed_async_connection().await {
+                let pong: redis::RedisResult<String> =
+                    redis::cmd("PING").query_async(&mut connection).await;
+                if pong.is_ok() {
+                    break;
+                }
             }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the cluster-mode server did not start"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         ClusterModeServer { child, dir, port }
