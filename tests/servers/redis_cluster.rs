@@ -279,10 +279,11 @@ async fn a_redlock_of_three_clusters_survives_a_killed_master() {
 #[tokio::test]
 async fn a_slot_migrated_while_the_lock_is_held_and_extended_keeps_exclusion() {
     let cluster = sharded(3, 0).await;
-    // A short TTL, extended every 200 ms: the migration takes several extensions.
+    // A short TTL, extended every 200 ms: the migration takes several extensions. The
+    // longest node timeout the TTL allows, for a loaded machine.
     let config = LockConfig::builder()
         .ttl(Duration::from_secs(2))
-        .node_timeout(Duration::from_millis(100))
+        .node_timeout(Duration::from_millis(200))
         .retry_count(0)
         .build()
         .unwrap();
