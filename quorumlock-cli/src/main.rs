@@ -21,6 +21,7 @@ mod args;
 mod bench;
 mod duration;
 mod exit;
+mod guardian;
 mod hold;
 mod lock;
 mod node_url;
@@ -42,6 +43,12 @@ use crate::exit::{CliError, Kind};
 use crate::output::Output;
 
 fn main() -> ExitCode {
+    // A `run`'s guardian (see `guardian`): before the parser, the runtime and the logs,
+    // none of which it needs.
+    let words: Vec<String> = std::env::args().skip(1).collect();
+    if words.first().map(String::as_str) == Some(guardian::COMMAND) {
+        return ExitCode::from(guardian::serve(&words[1..]));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

@@ -179,6 +179,17 @@ impl Output {
         }
     }
 
+    /// A warning that does not change the exit code: an [`Event::Warning`], always shown.
+    pub fn warning(&self, message: String) {
+        self.event(
+            true,
+            &Event::Warning {
+                message: message.clone(),
+            },
+            || format!("warning: {message}"),
+        );
+    }
+
     /// A warning about degraded nodes: like an event, but not at all under `--quiet`.
     pub fn degraded(&self, event: &Event, text: impl FnOnce() -> String) {
         if !self.quiet {

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::args::{GlobalArgs, Orphans, RunArgs};
 use crate::duration::{format_duration, millis};
 use crate::exit::{command_status_code, CliError, Kind};
+use crate::guardian::Guardian;
 use crate::hold::Hold;
 use crate::lock::AnyLock;
 use crate::nodes::node_urls;
@@ -86,6 +87,9 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     if own_group {
         adopt_orphans();
     }
+    // Started before the command, so that no instant of the command's life is unguarded
+    // but the one between its start and the pid written to the guardian.
+    let mut guardian = start_guardian(args, out);
     let mut command = command(program, program_args, &guard, own_group);
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -95,7 +99,17 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
             return Err(spawn_error(program, &error));
         }
     };
+    if let (Some(watching), Some(pid)) = (guardian.as_mut(), child.id()) {
+        if let Err(error) = watching.watch(pid, own_group) {
+            out.warning(format!(
+                "the command's guardian is gone ({error}); if quorumlock is killed, end the \
+                 command yourself"
+            ));
+        }
+    }
     let status = supervise(&mut child, &guard, args, &mut signals, out).await;
+    // The command was waited for: nothing is left for the guardian to end.
+    drop(guardian);
 
     // The lease may have ended between the last look and the command's exit.
     let lost = status.lost.or_else(|| guard.lost().ended());
@@ -211,6 +225,25 @@ fn report_degraded(guard: &LockGuard, out: Output) {
     });
 }
 
+/// The guardian that ends the command if this process is killed (see [`guardian`]), unless
+/// `--on-lost none` lets the command run on without the lock; a guardian that cannot be
+/// started is a warning, not a reason to refuse the run.
+fn start_guardian(args: &RunArgs, out: Output) -> Option<Guardian> {
+    let OnLost::Signal(signal) = args.on_lost else {
+        return None;
+    };
+    match Guardian::start(args.kill_after, signal, out) {
+        Ok(guardian) => Some(guardian),
+        Err(error) => {
+            out.warning(format!(
+                "could not start the command's guardian ({error}); if quorumlock is killed, \
+                 end the command yourself"
+            ));
+            None
+        }
+    }
+}
+
 /// The command, with the lock's details in its environment and quorumlock's stdio; in a
 /// process group of its own unless `own_group` is false.
 fn command(
@@ -315,18 +348,11 @@ async fn supervise(
             // The last process of the group ended since it was looked at.
             Err(nix::errno::Errno::ESRCH) => {}
             Err(error) => {
-                let message = format!(
+                out.warning(format!(
                     "could not send {} to {}: {error}",
                     signal.as_str(),
                     target.describe()
-                );
-                out.event(
-                    true,
-                    &Event::Warning {
-                        message: message.clone(),
-                    },
-                    || format!("warning: {message}"),
-                );
+                ));
             }
         }
     };
@@ -389,18 +415,11 @@ async fn supervise(
                 }
             }
             if killed_at.is_some_and(|at| at.elapsed() >= AFTER_KILL) {
-                let message = format!(
+                out.warning(format!(
                     "processes of the command's group were still there {} after SIGKILL; \
                      releasing the lock anyway",
                     format_duration(AFTER_KILL)
-                );
-                out.event(
-                    true,
-                    &Event::Warning {
-                        message: message.clone(),
-                    },
-                    || format!("warning: {message}"),
-                );
+                ));
                 break;
             }
         }

@@ -97,9 +97,11 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
     // The resignation returns once a quorum deleted the term's key; a node the unlock has
     // not reached yet still answers the term's record, and `leader` reports the highest
     // record any answering node holds, so the view empties once the last unlock lands.
-    eventually("no leader after the resignation", Duration::from_secs(5), || async {
-        first.leader().await.unwrap().is_none()
-    })
+    eventually(
+        "no leader after the resignation",
+        Duration::from_secs(5),
+        || async { first.leader().await.unwrap().is_none() },
+    )
     .await;
 }
 

@@ -616,6 +616,70 @@ async fn signals_to_quorumlock_stop_the_whole_process_tree() {
     }
 }
 
+/// A `run` killed outright (SIGKILL, the OOM killer) cannot end its command itself: its
+/// guardian does, the whole process group, grandchildren included, long before the lock's
+/// TTL would let another holder in. (Before the guardian, the command ran on for good.)
+#[tokio::test]
+async fn a_killed_run_takes_its_command_with_it() {
+    let cluster = cluster(3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("grandchild");
+    let mut holder = Background::start(
+        quorumlock(&cluster)
+            .args(["run", "--node-timeout", NODE_TIMEOUT, "--json"])
+            .args(["-r", "killed", "--ttl", "30s", "--kill-after", "1s", "--"])
+            .args(forking(&pidfile, "sleep 300", "exec sleep 301")),
+    );
+    holder.token().await;
+    let grandchild = read_pid(&pidfile).await;
+    let command = children_of(holder.child.id().unwrap() as i32)
+        .into_iter()
+        .find(|&pid| command_line(pid).contains("sleep 301"))
+        .expect("the command among quorumlock's children");
+    holder.child.start_kill().unwrap();
+    let killed = Instant::now();
+    holder.child.wait().await.unwrap();
+    // The guardian sends SIGTERM to the group at once; `sleep` dies of it.
+    while (alive(command) || alive(grandchild)) && killed.elapsed() < LIMIT {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (command_left, grandchild_left) = (alive(command), alive(grandchild));
+    kill_leftover(command);
+    kill_leftover(grandchild);
+    assert!(!command_left, "the command outlived the killed run");
+    assert!(!grandchild_left, "the grandchild outlived the killed run");
+    // Well inside the 30 s TTL that keeps the next holder out meanwhile.
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        killed.elapsed()
+    );
+}
+
+/// The pids whose parent is `parent`.
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
+/// The command line of `pid`, its words joined by spaces.
+fn command_line(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|words| String::from_utf8_lossy(&words).replace('\0', " "))
+        .unwrap_or_default()
+}
+
 /// Item 1: a command that exits while a background process it started lives on: by
 /// default the lock is kept until that process is gone; `--orphans kill` stops it;
 /// `--orphans leave` releases at once and says so.
