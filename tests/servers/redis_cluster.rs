@@ -279,8 +279,9 @@ async fn a_redlock_of_three_clusters_survives_a_killed_master() {
 #[tokio::test]
 async fn a_slot_migrated_while_the_lock_is_held_and_extended_keeps_exclusion() {
     let cluster = sharded(3, 0).await;
-    // A short TTL, extended every 200 ms: the migration takes several extensions. The
-    // longest node timeout the TTL allows, for a loaded machine.
+    // A short TTL, extended every 400 ms: the migration takes several extensions. The
+    // longest node timeout the TTL allows, for a loaded machine (an extension interval
+    // must be at least two of them).
     let config = LockConfig::builder()
         .ttl(Duration::from_secs(2))
         .node_timeout(Duration::from_millis(200))
@@ -294,7 +295,7 @@ async fn a_slot_migrated_while_the_lock_is_held_and_extended_keeps_exclusion() {
     let key = "{migrating:1}";
     let mut guard = lock.try_acquire("migrating:1").await.unwrap();
     guard
-        .auto_extend(quorumlock::AutoExtend::default().every(Duration::from_millis(200)))
+        .auto_extend(quorumlock::AutoExtend::default().every(Duration::from_millis(400)))
         .unwrap();
     let lost = guard.lost();
     let slot = cluster.slot_of(key).await.unwrap();
