@@ -71,6 +71,14 @@ const GROWTH_BOUND: isize = 256 << 10;
 /// no longer wait (1024), with room for the connection checks made meanwhile.
 const BURST_BOUND: u64 = 1024 + 64;
 
+/// One acquire and release of `resource`; whether both went through.
+async fn cycle(lock: &quorumlock::Redlock, resource: &str) -> bool {
+    match lock.try_acquire(resource).await {
+        Ok(guard) => guard.release().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
 #[test]
 fn a_frozen_node_costs_bounded_memory_and_gets_no_burst_at_thaw() {
     COUNTS.set(true);
@@ -94,7 +102,7 @@ async fn frozen_node() {
         .unwrap();
     let lock = redlock(&cluster, defaults).await;
     for i in 0..500 {
-        crate::common::acquire_and_release(&lock, &format!("warm:{}", i % 8)).await;
+        cycle(&lock, &format!("warm:{}", i % 8)).await;
     }
     let before = LIVE.load(Ordering::Relaxed);
     node_command(cluster.node(4), &["CONFIG", "RESETSTAT"]).await;
@@ -102,8 +110,9 @@ async fn frozen_node() {
 
     let mut highest = 0;
     let mut saturated = 0;
+    let mut done = 0;
     for i in 0..CYCLES {
-        crate::common::acquire_and_release(&lock, &format!("cycle:{}", i % 8)).await;
+        done += usize::from(cycle(&lock, &format!("cycle:{}", i % 8)).await);
         if i % 500 == 0 {
             highest = highest.max(LIVE.load(Ordering::Relaxed) - before);
         }
@@ -112,6 +121,9 @@ async fn frozen_node() {
         }
     }
     let at_end = LIVE.load(Ordering::Relaxed);
+    // At the default 50 ms node timeout a loaded machine fails some cycles; the frozen
+    // node must still have been sent most of them.
+    assert!(done > CYCLES / 2, "only {done} of {CYCLES} cycles went through");
     highest = highest.max(at_end - before);
     let growth = at_end - saturated;
     eprintln!(
