@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::config::LockConfig;
 use crate::error::{ConfigError, LockError};
 use crate::lock::Lock;
 use crate::quorum_lock::QuorumLock;
@@ -217,8 +218,17 @@ impl<L: QuorumLock> Election<L> {
     ) -> Result<Leadership, LockError> {
         check_value(value)?;
         let started = Instant::now();
-        let lock = self.inner();
-        let config = lock.config();
+        let config = self.inner().config();
+        // A candidate waits in the lock's line until it wins or its deadline passes. With
+        // the lock's own attempts (1 + retry_count) it would leave the line each time they
+        // ran out and join again a retry wait later, and a release in that gap would be
+        // announced to nobody, serving it late and letting others overtake it.
+        let in_line = config
+            .to_builder()
+            .retry_count(u32::MAX)
+            .acquire_timeout(LockConfig::MAX_ACQUIRE_TIMEOUT)
+            .build()?;
+        let lock = self.inner().with_config(in_line);
         loop {
             let attempt = match deadline {
                 None => lock.acquire(&[&self.name]).await,

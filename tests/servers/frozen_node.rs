@@ -123,7 +123,10 @@ async fn frozen_node() {
     let at_end = LIVE.load(Ordering::Relaxed);
     // At the default 50 ms node timeout a loaded machine fails some cycles; the frozen
     // node must still have been sent most of them.
-    assert!(done > CYCLES / 2, "only {done} of {CYCLES} cycles went through");
+    assert!(
+        done > CYCLES / 2,
+        "only {done} of {CYCLES} cycles went through"
+    );
     highest = highest.max(at_end - before);
     let growth = at_end - saturated;
     eprintln!(

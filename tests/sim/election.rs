@@ -19,15 +19,14 @@ const OBSERVE_EVERY: Duration = Duration::from_millis(20);
 /// The retry delay of a campaign, exact (no jitter), so that every run is the same.
 const RETRY_DELAY: Duration = Duration::from_millis(20);
 
-/// How long a waiting candidate stays in the lock's line: its lock's 1 + 5 attempts (a
-/// plain one and a queued one at once, then four more a [`RETRY_DELAY`] apart) run out
-/// after 80 ms; the campaign then leaves the line and joins it again one retry delay
-/// later. The tests hand over to a candidate while it waits in line.
+/// How long a waiting candidate's lock's own attempts last: 1 + 5 (a plain one and a
+/// queued one at once, then four more a [`RETRY_DELAY`] apart) run out after 80 ms. A
+/// campaign stays in line past them
+/// (`a_candidate_waits_in_line_for_as_long_as_it_campaigns`).
 const IN_LINE: Duration = Duration::from_millis(80);
 
-/// When the tests hand over to a waiting candidate, after its start: in line.
+/// When the tests hand over to a waiting candidate, after its start.
 const HAND_OVER: Duration = Duration::from_millis(50);
-const _: () = assert!(HAND_OVER.as_millis() < IN_LINE.as_millis());
 
 /// The test config with fencing (the simulated nodes keep their counters: the tests do
 /// not restart them) and retries a waiting candidate can follow closely.
@@ -136,6 +135,40 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
     assert_eq!(report.as_ref(), Some(next.leader()));
     next.resign().await.unwrap();
     assert_eq!(first.leader().await.unwrap(), None);
+}
+
+/// A candidate stays in the lock's line for as long as it campaigns, not only while its
+/// lock's own attempts last ([`IN_LINE`]): a resignation long after they ran out still
+/// finds it in line, and elects it at that instant. (Before, the campaign left the line
+/// each time its attempts ran out and joined again a retry delay later; a resignation in
+/// that gap was announced to nobody, and served a retry delay late.)
+#[tokio::test(start_paused = true)]
+async fn a_candidate_waits_in_line_for_as_long_as_it_campaigns() {
+    let cluster = cluster(5);
+    let first = election(&cluster, "host-a", TTL);
+    let second = election(&cluster, "host-b", TTL);
+    let leading = first.campaign("host-a").await.unwrap();
+    let queue = format!("quorumlock:waiters:{}", leading.guard().key());
+    let candidate = tokio::spawn(async move {
+        let leadership = second.campaign("host-b").await;
+        (Instant::now(), leadership)
+    });
+    // Every millisecond over six times the attempts' span: always in line on every node.
+    for _ in 0..6 * IN_LINE.as_millis() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(in_line(&cluster, &queue), 5, "the candidate left the line");
+    }
+    assert!(!candidate.is_finished(), "elected beside a leader");
+    let resigned_at = Instant::now();
+    leading.resign().await.unwrap();
+    let (elected_at, next) = candidate.await.unwrap();
+    assert_eq!(
+        elected_at,
+        resigned_at,
+        "elected {:?} after the resignation",
+        elected_at - resigned_at
+    );
+    assert_eq!(next.unwrap().value(), "host-b");
 }
 
 #[tokio::test(start_paused = true)]
