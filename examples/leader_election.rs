@@ -111,7 +111,7 @@ async fn run() -> Result {
     tokio::spawn(observe(observer, Arc::clone(&shared)));
 
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let majority = urls.len() / 2 + 1;
+    let majority = quorumlock::quorum_of(urls.len());
     match cluster.as_mut() {
         Some(cluster) => {
             for i in 0..majority {

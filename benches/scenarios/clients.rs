@@ -214,7 +214,7 @@ impl Floor {
             nodes.push(client.get_multiplexed_async_connection().await?);
         }
         Ok(Floor {
-            quorum: nodes.len() / 2 + 1,
+            quorum: quorumlock::quorum_of(nodes.len()),
             nodes,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
             unlock: Script::new(UNLOCK),

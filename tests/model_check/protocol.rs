@@ -16,7 +16,7 @@ use crate::requests::{apply, fates, leave_queue, lock};
 
 /// The nodes of the lock.
 pub const NODES: usize = 3;
-/// A majority of them.
+/// A majority of them: the model's own statement of the rule, independent of the code.
 pub const QUORUM: usize = NODES / 2 + 1;
 
 /// What a node may lose when it restarts.

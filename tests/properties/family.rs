@@ -79,6 +79,7 @@ async fn simulate(schedule: &Schedule, primitive: Primitive) -> Trace {
     tokio::time::sleep(config.ttl() * 2 + config.node_timeout() * 4).await;
     let trace = Trace {
         config,
+        // The checks' own spelling of the rule (see `runner::run`).
         quorum: schedule.nodes / 2 + 1,
         nodes: schedule.nodes,
         origin,

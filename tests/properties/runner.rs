@@ -222,6 +222,8 @@ async fn simulate(schedule: &Schedule) -> Trace {
     // Then let every key expire.
     tokio::time::sleep(config.ttl() * 2 + config.node_timeout() * 4).await;
 
+    // The checks' own spelling of the rule, not `quorumlock::quorum_of`: an oracle that
+    // shared the code under test could not catch a wrong quorum.
     let quorum = schedule.nodes / 2 + 1;
     let trace = Trace {
         config,
