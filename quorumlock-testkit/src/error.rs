@@ -27,6 +27,15 @@ pub enum TestkitError {
         #[source]
         source: std::io::Error,
     },
+    /// A tool the harness runs (`openssl`, for [`TestCertificates`](crate::TestCertificates))
+    /// is not installed.
+    #[error("`{tool}` not found; install it with `apt-get install {package}`")]
+    ToolNotFound {
+        /// The program that was looked for.
+        tool: &'static str,
+        /// The Debian package that has it.
+        package: &'static str,
+    },
     /// The node was started but did not answer `PING` in time.
     #[error("redis-server on port {port} did not become ready within {timeout:?}; log tail:\n{log_tail}")]
     NotReady {

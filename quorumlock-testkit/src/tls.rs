@@ -126,7 +126,16 @@ impl TestCertificates {
 }
 
 fn openssl(args: &[&str]) -> Result<(), TestkitError> {
-    let output = Command::new("openssl").args(args).output()?;
+    let output = match Command::new("openssl").args(args).output() {
+        Ok(output) => output,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(TestkitError::ToolNotFound {
+                tool: "openssl",
+                package: "openssl",
+            })
+        }
+        Err(error) => return Err(error.into()),
+    };
     if output.status.success() {
         Ok(())
     } else {
