@@ -79,7 +79,9 @@ impl CachedScript {
 
     /// Runs `command`, a call of this script, through `send`, and returns the node's
     /// reply. When the node answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`), the
-    /// script is loaded and the call sent again, once. With [`Resend::AlsoAfterReconnect`]
+    /// script is loaded and the call sent again, up to [`MOST_RELOADS`] times: a cache lost
+    /// again between the load and the call (a second restart while the first call's answer
+    /// was on its way) is met by another load. With [`Resend::AlsoAfterReconnect`]
     /// the call is also sent once more when the connection broke: the first command after
     /// a reset fails while the connection is re-made.
     pub(crate) async fn invoke<'c, S, F>(
@@ -92,14 +94,15 @@ impl CachedScript {
         S: FnMut(&'c Cmd) -> F,
         F: Future<Output = RedisResult<Value>>,
     {
-        let mut reloaded = false;
+        let mut reloads = 0;
         let mut reconnected = resend == Resend::AfterReload;
         loop {
             match send(command).await {
                 Err(err)
-                    if !reloaded && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    if reloads < MOST_RELOADS
+                        && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                 {
-                    reloaded = true;
+                    reloads += 1;
                     self.cached.store(false, Ordering::Relaxed);
                     let load = self.load.get_or_init(|| {
                         let mut load = redis::cmd("SCRIPT");
@@ -120,6 +123,11 @@ impl CachedScript {
         }
     }
 }
+
+/// How many times one call loads its script again after a `NOSCRIPT` before it gives up
+/// with that error: a node that loses its scripts that often is not serving, and the call's
+/// keys then expire by their TTL.
+pub(crate) const MOST_RELOADS: u32 = 3;
 
 /// When a script call that failed is sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
