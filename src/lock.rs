@@ -9,13 +9,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::LockConfig;
-use crate::error::LockError;
+use crate::error::{LockError, Tally};
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LostSignal};
 use crate::metrics::{LockMetrics, NodeMetrics};
 use crate::quorum::claim::Claim;
 use crate::quorum::Coordinator;
 use crate::resource::Resources;
+use crate::token::LockToken;
 
 /// A lock that many processes share through Redis.
 ///
@@ -304,6 +305,16 @@ impl Lock {
     pub(crate) async fn refresh(&self, guard: &mut LockGuard) -> Result<Duration, LockError> {
         self.check_origin(guard)?;
         guard.refresh().await
+    }
+
+    /// Deletes the lock on `resource` wherever it holds `token`; see
+    /// [`Redlock::release_token`](crate::Redlock::release_token).
+    pub(crate) async fn release_token(
+        &self,
+        resource: &str,
+        token: &LockToken,
+    ) -> Result<Tally, LockError> {
+        self.coordinator.release_token(resource, token).await
     }
 
     /// One attempt over `resources` by `claim` (a side of a read-write lock); the guard is

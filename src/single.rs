@@ -41,56 +41,22 @@ pub struct RedisLock {
 }
 
 impl RedisLock {
-    /// A lock on the Redis server at `url`, connected and checked at once as
-    /// [`Redlock::connect`](crate::Redlock::connect) does (a server that is down now counts
-    /// as failed until it comes back), and reconnected when lost.
+    /// A lock on the Redis server (or Cluster, or Sentinel-managed master) of `node`,
+    /// connected and checked at once as [`Redlock::connect`](crate::Redlock::connect)
+    /// does (a server that is down now counts as failed until it comes back), and
+    /// reconnected when lost.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future abandons the lock before it exists: connecting writes no lock
     /// key, and the connections made so far are dropped with it.
-    pub async fn connect(url: &str, config: LockConfig) -> Result<Self, LockError> {
-        let clients = crate::backend::clients_for_urls(
-            [url],
-            #[cfg(feature = "tls")]
-            None,
-        )?;
-        Self::connect_clients(clients, config).await
-    }
-
-    /// [`connect`](Self::connect) with `tls` for a `rediss://` URL; see
-    /// [`Redlock::connect_tls`](crate::Redlock::connect_tls).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`connect`](Self::connect): dropping the future writes nothing to the nodes.
-    #[cfg(feature = "tls")]
-    pub async fn connect_tls(
-        url: &str,
-        tls: &crate::backend::tls::TlsOptions,
+    pub async fn connect(
+        node: impl crate::backend::IntoNodes,
         config: LockConfig,
     ) -> Result<Self, LockError> {
-        let clients = crate::backend::clients_for_urls([url], Some(tls))?;
-        Self::connect_clients(clients, config).await
-    }
-
-    /// A lock on a client you built yourself, connected and checked as
-    /// [`connect`](Self::connect) does; see
-    /// [`Redlock::from_clients`](crate::Redlock::from_clients) for naming and timeouts.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`connect`](Self::connect): dropping the future writes nothing to the nodes.
-    pub async fn from_client(client: redis::Client, config: LockConfig) -> Result<Self, LockError> {
-        Self::connect_clients(crate::backend::named_clients([client]), config).await
-    }
-
-    async fn connect_clients(
-        clients: Vec<(String, crate::backend::Target)>,
-        config: LockConfig,
-    ) -> Result<Self, LockError> {
+        let nodes = node.into_nodes()?;
         Ok(RedisLock {
-            lock: Lock::new(Coordinator::connected(clients, config).await?),
+            lock: Lock::new(Coordinator::connected(&nodes, config).await?),
         })
     }
 

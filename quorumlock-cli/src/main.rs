@@ -22,7 +22,6 @@ mod bench;
 mod duration;
 mod exit;
 mod hold;
-mod lock;
 mod node_url;
 mod nodes;
 mod output;

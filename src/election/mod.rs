@@ -98,10 +98,7 @@ impl Leader {
 /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true)
 /// #     .build().unwrap().block_on(async {
 /// let cluster = SimCluster::new(3);
-/// let config = LockConfig::builder()
-///     .fencing(true)
-///     .fencing_on_volatile_nodes(true)
-///     .build()?;
+/// let config = LockConfig::builder().fencing(true).build()?;
 /// let election = Election::new(cluster.redlock(config)?, "billing")?;
 /// let first = election.campaign("10.0.0.7:8080").await?;
 /// let term = first.fencing_token();
@@ -137,7 +134,10 @@ impl<L: QuorumLock> Election<L> {
             }
             .into());
         }
-        let keys = Resources::new(config, &[name])?.keys;
+        let layout = crate::quorum_lock::sealed::Sealed::inner(&lock)
+            .coordinator()
+            .layout();
+        let keys = Resources::new(config, layout, &[name])?.keys;
         Ok(Election {
             observe_every: config.retry_delay(),
             lock,

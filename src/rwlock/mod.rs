@@ -110,7 +110,10 @@ impl<L: QuorumLock> RwLock<L> {
     /// [`LockError::InvalidResource`] for a name that cannot be a lock.
     pub fn new(lock: L, name: &str) -> Result<Self, LockError> {
         let config = lock.config();
-        let writer = Arc::clone(&Resources::new(config, &[name])?.keys[0]);
+        let layout = crate::quorum_lock::sealed::Sealed::inner(&lock)
+            .coordinator()
+            .layout();
+        let writer = Arc::clone(&Resources::new(config, layout, &[name])?.keys[0]);
         // The longest key of the lock is a reader's entry: checked once, here.
         config.key_for(&format!("{name}{}", reader_suffix_of_the_longest()))?;
         Ok(RwLock {

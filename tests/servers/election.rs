@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::common::{cluster, config, eventually, redlock, TTL};
+use crate::common::{cluster, config, eventually, redlock_on, volatile, TTL};
 use futures::StreamExt;
 use quorumlock::{Election, LockConfig, LockError, Redlock};
 use quorumlock_testkit::RedisCluster;
@@ -18,7 +18,6 @@ fn fenced(ttl: Duration) -> LockConfig {
     config(ttl)
         .to_builder()
         .fencing(true)
-        .fencing_on_volatile_nodes(true)
         .retry_count(5)
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(10))
@@ -27,7 +26,7 @@ fn fenced(ttl: Duration) -> LockConfig {
 }
 
 async fn election(cluster: &RedisCluster, ttl: Duration) -> Election<Redlock> {
-    let lock = redlock(cluster, fenced(ttl)).await;
+    let lock = redlock_on(cluster, volatile(cluster.urls()), fenced(ttl)).await;
     Election::new(lock, "billing")
         .unwrap()
         .observe_every(Duration::from_millis(20))
@@ -97,9 +96,11 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
     // The resignation returns once a quorum deleted the term's key; a node the unlock has
     // not reached yet still answers the term's record, and `leader` reports the highest
     // record any answering node holds, so the view empties once the last unlock lands.
-    eventually("no leader after the resignation", Duration::from_secs(5), || async {
-        first.leader().await.unwrap().is_none()
-    })
+    eventually(
+        "no leader after the resignation",
+        Duration::from_secs(5),
+        || async { first.leader().await.unwrap().is_none() },
+    )
     .await;
 }
 

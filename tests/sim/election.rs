@@ -35,7 +35,6 @@ fn fenced(ttl: Duration) -> LockConfig {
     config(ttl)
         .to_builder()
         .fencing(true)
-        .fencing_on_volatile_nodes(true)
         .retry_count(5)
         .retry_delay(RETRY_DELAY)
         .retry_jitter(Duration::ZERO)
