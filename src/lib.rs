@@ -214,14 +214,12 @@ pub mod node;
 mod observe;
 pub mod protocol;
 mod quorum;
-mod quorum_lock;
 mod redlock;
 mod resource;
 mod retry;
 mod rwlock;
 mod scoped;
 mod semaphore;
-mod single;
 mod token;
 mod watchdog;
 
@@ -242,12 +240,10 @@ pub use lease::LostSignal;
 pub use lock::DistributedLock;
 pub use metrics::{LockMetrics, NodeMetrics};
 pub use quorum::quorum_of;
-pub use quorum_lock::QuorumLock;
-pub use redlock::Redlock;
+pub use redlock::{RedisLock, Redlock};
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use rwlock::RwLock;
 pub use semaphore::{Permit, Semaphore};
-pub use single::RedisLock;
 pub use token::LockToken;
 pub use watchdog::AutoExtend;
 

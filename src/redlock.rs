@@ -1,4 +1,5 @@
-//! [`Redlock`]: the quorum lock over N independent Redis nodes.
+//! [`Redlock`]: the lock over N independent Redis nodes, and [`RedisLock`], the same
+//! lock on one server.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -26,8 +27,9 @@ use crate::token::LockToken;
 /// impossible. After any failed attempt it unlocks every node, including the ones that
 /// failed or timed out, since their `SET` may have landed even though the reply was lost.
 ///
-/// The nodes must be independent masters (not replicas of each other). `Redlock` is cheap
-/// to clone; clones share the node connections.
+/// The nodes must be independent masters (not replicas of each other). With one node it
+/// is the single-server lock, [`RedisLock`]: a quorum of one. `Redlock` is cheap to
+/// clone; clones share the node connections.
 ///
 /// # Examples
 ///
@@ -56,6 +58,33 @@ use crate::token::LockToken;
 pub struct Redlock {
     lock: Lock,
 }
+
+/// A lock on one Redis server: a [`Redlock`] of one node (quorum 1 of 1). `SET key token
+/// NX PX ttl` to acquire, a Lua compare-and-delete to release, a Lua compare-and-pexpire
+/// to refresh.
+///
+/// It is the same type, so it has the same contract (the same validity computation, token
+/// checks and error types) and every method of `Redlock`. It is as available as its one
+/// server: when that server is down, no lock can be taken, and if it restarts without
+/// persistence, a held lock is lost. Use `Redlock` over several independent servers where
+/// that matters. Its node may also be a Redis Cluster (`redis+cluster://`, one vote) or a
+/// Sentinel-managed master (`redis+sentinel://`).
+///
+/// # Examples
+///
+/// ```no_run
+/// use quorumlock::{DistributedLock, LockConfig, RedisLock};
+///
+/// # async fn run() -> Result<(), quorumlock::LockError> {
+/// let lock = RedisLock::connect("redis://127.0.0.1:6379", LockConfig::default()).await?;
+/// assert_eq!(lock.quorum(), 1);
+/// let guard = lock.acquire("stock:sku-42").await?;
+/// // ... read, change and write the stock ...
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub type RedisLock = Redlock;
 
 impl Redlock {
     /// A lock on the Redis nodes of `nodes`: a node set ([`Nodes`](crate::Nodes), with its TLS options
@@ -140,6 +169,12 @@ impl Redlock {
             .nodes()
             .iter()
             .map(|node| node.name())
+    }
+
+    /// The node's name (its URL without credentials), for a lock on one node (a
+    /// [`RedisLock`]); with several, the first one's (see [`node_names`](Self::node_names)).
+    pub fn node_name(&self) -> &str {
+        self.lock.coordinator().nodes()[0].name()
     }
 
     /// One attempt, no waiting; see [`DistributedLock::try_acquire`].
@@ -306,11 +341,9 @@ impl DistributedLock for Redlock {
     }
 }
 
-impl crate::quorum_lock::sealed::Sealed for Redlock {
-    #[allow(private_interfaces)] // the trait is sealed: only this crate can call it
-    fn inner(&self) -> &Lock {
+impl Redlock {
+    /// The lock the read-write lock, the semaphore and the election run on.
+    pub(crate) fn inner(&self) -> &Lock {
         &self.lock
     }
 }
-
-impl crate::quorum_lock::QuorumLock for Redlock {}

@@ -1,7 +1,7 @@
 //! The quorum coordinator: the Redlock algorithm over a set of [`LockNode`]s.
 //!
-//! Both public lock kinds run on it: [`Redlock`](crate::Redlock) with N nodes and
-//! [`RedisLock`](crate::RedisLock) with one (a quorum of one). Each operation is a *round*:
+//! The lock runs on it: [`Redlock`](crate::Redlock) with N nodes, or one
+//! ([`RedisLock`](crate::RedisLock), a quorum of one). Each operation is a *round*:
 //! the same command sent to every node at once, each reply bounded by the per-node timeout,
 //! and the replies counted until the outcome is decided.
 //!

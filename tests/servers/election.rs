@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::{cluster, config, eventually, redlock_on, volatile, TTL};
 use futures::StreamExt;
-use quorumlock::{Election, LockConfig, LockError, Redlock};
+use quorumlock::{Election, LockConfig, LockError};
 use quorumlock_testkit::RedisCluster;
 
 /// The test config with fencing (the nodes keep no append-only file: the tests do not
@@ -25,7 +25,7 @@ fn fenced(ttl: Duration) -> LockConfig {
         .unwrap()
 }
 
-async fn election(cluster: &RedisCluster, ttl: Duration) -> Election<Redlock> {
+async fn election(cluster: &RedisCluster, ttl: Duration) -> Election {
     let lock = redlock_on(cluster, volatile(cluster.urls()), fenced(ttl)).await;
     Election::new(lock, "billing")
         .unwrap()

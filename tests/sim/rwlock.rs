@@ -24,7 +24,7 @@ const WAIT: Duration = Duration::from_millis(100);
 /// The instant of the waiter's first attempt after [`WAIT`], counted from its start.
 const NEXT_ATTEMPT: Duration = Duration::from_millis(120);
 
-fn rwlock(lock: &Redlock) -> RwLock<Redlock> {
+fn rwlock(lock: &Redlock) -> RwLock {
     RwLock::new(lock.clone(), "catalog").expect("a valid read-write lock")
 }
 
