@@ -122,10 +122,8 @@ mod tests {
 
     #[test]
     fn replica_acks_need_a_replica_and_a_timeout_below_the_node_timeout() {
-        let config = LockConfig::builder()
-            .node_timeout(Duration::from_millis(100))
-            .build()
-            .unwrap();
+        let ms = Duration::from_millis;
+        let config = LockConfig::builder().node_timeout(ms(100)).build().unwrap();
         let with = |replicas, timeout: Duration| {
             let deployment = Deployment {
                 replica_acks: Some(ReplicaAcks::new(replicas, timeout)),
@@ -133,7 +131,6 @@ mod tests {
             };
             deployment.check(&config)
         };
-        let ms = Duration::from_millis;
         assert!(with(1, ms(50)).is_ok());
         for (replicas, timeout) in [(0, 50), (1, 0), (1, 100), (1, 500)] {
             assert!(

@@ -100,25 +100,23 @@ impl Nodes {
     /// one Redis Cluster slot. Off by default on standalone nodes, which keeps the key
     /// names other Redlock clients use; always on for a set with a Redis Cluster member.
     /// See docs/operations.md, "Key layout".
-    pub fn hash_tags(mut self, hash_tags: bool) -> Self {
-        self.deployment.hash_tags = hash_tags;
-        self
+    pub fn hash_tags(self, hash_tags: bool) -> Self {
+        self.with(|deployment| deployment.hash_tags = hash_tags)
     }
 
     /// The replica acknowledgements each grant waits for; `None` (the default) counts a
     /// grant as soon as the master answers. See [`ReplicaAcks`].
-    pub fn replica_acks(mut self, acks: impl Into<Option<ReplicaAcks>>) -> Self {
-        self.deployment.replica_acks = acks.into();
-        self
+    pub fn replica_acks(self, acks: impl Into<Option<ReplicaAcks>>) -> Self {
+        let acks = acks.into();
+        self.with(|deployment| deployment.replica_acks = acks)
     }
 
     /// Whether a Sentinel-managed master (`redis+sentinel://`) may be one member of
     /// several. Off by default: a quorum member must be an independent master, and a
     /// Sentinel failover promotes a replica that may not have the member's locks yet (see
     /// docs/safety.md, "Deployment shapes"). A lock's only node may be one without it.
-    pub fn sentinel_members(mut self, allow: bool) -> Self {
-        self.deployment.sentinel_members = allow;
-        self
+    pub fn sentinel_members(self, allow: bool) -> Self {
+        self.with(|deployment| deployment.sentinel_members = allow)
     }
 
     /// Whether fencing may run on nodes that keep no append-only file. Off (the default),
@@ -127,9 +125,8 @@ impl Nodes {
     /// holder could then be given a token an earlier holder already had (see
     /// [`crate::fencing`]). On, such nodes are used anyway, and tokens are only as
     /// monotonic as the nodes are durable.
-    pub fn fencing_on_volatile_nodes(mut self, allow: bool) -> Self {
-        self.deployment.fencing_on_volatile_nodes = allow;
-        self
+    pub fn fencing_on_volatile_nodes(self, allow: bool) -> Self {
+        self.with(|deployment| deployment.fencing_on_volatile_nodes = allow)
     }
 
     /// How long one attempt to connect (or reconnect) to a node may take, the check of the
@@ -138,8 +135,13 @@ impl Nodes {
     /// [`ConfigError::ZeroConnectTimeout`](crate::ConfigError::ZeroConnectTimeout) of
     /// `connect`). Requests are bounded by the lock's
     /// [`node_timeout`](LockConfig::node_timeout) instead.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.deployment.connect_timeout = timeout;
+    pub fn connect_timeout(self, timeout: Duration) -> Self {
+        self.with(|deployment| deployment.connect_timeout = timeout)
+    }
+
+    /// This set with `change` made to its deployment facts.
+    fn with(mut self, change: impl FnOnce(&mut Deployment)) -> Self {
+        change(&mut self.deployment);
         self
     }
 
@@ -304,14 +306,12 @@ mod tests {
 
     #[test]
     fn replica_acks_are_checked_against_the_node_timeout_and_cleared_with_none() {
-        let config = LockConfig::builder()
-            .node_timeout(Duration::from_millis(100))
-            .build()
-            .unwrap();
+        // The default per-node timeout is 50 ms: a WAIT as long does not fit.
+        let config = LockConfig::default();
         let nodes = Nodes::new("redis://h:1").unwrap();
         let acks = nodes
             .clone()
-            .replica_acks(ReplicaAcks::new(1, Duration::from_millis(100)));
+            .replica_acks(ReplicaAcks::new(1, Duration::from_millis(50)));
         assert!(matches!(
             acks.check(&config),
             Err(LockError::Config(ConfigError::InvalidReplicaAcks { .. }))
