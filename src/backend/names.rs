@@ -63,6 +63,13 @@ pub fn mask_password(text: &str) -> String {
     let Ok(mut url) = url::Url::parse(text) else {
         return mask_unparsed(text);
     };
+    let password_query = url
+        .query_pairs()
+        .any(|(key, _)| key.eq_ignore_ascii_case("password"));
+    if url.password().is_none() && !password_query {
+        // Nothing to mask: the text as typed, not as the URL parser would write it.
+        return text.to_owned();
+    }
     if url.password().is_some() {
         let _ = url.set_password(Some("***"));
     }
