@@ -87,20 +87,21 @@ pub struct Redlock {
 pub type RedisLock = Redlock;
 
 impl Redlock {
-    /// A lock on the Redis nodes of `nodes`: a node set ([`Nodes`](crate::Nodes), with its TLS options
-    /// and deployment facts), one address (a URL, a [`redis::Client`], a [`NodeAddress`](crate::NodeAddress)),
-    /// or a list of them (see [`IntoNodes`]).
+    /// A lock on the Redis nodes of `nodes`: a node set ([`Nodes`](crate::Nodes), with its
+    /// TLS options and deployment facts), one address (a URL, a [`redis::Client`], a
+    /// [`NodeAddress`](crate::NodeAddress)), or a list of them (see [`IntoNodes`]).
     ///
     /// Connects to every node at once, each within the node set's
     /// [`connect_timeout`](crate::Nodes::connect_timeout), and asks each server what it is.
     /// Fails with [`LockError::InvalidNode`] when an address does not read (the error says
     /// which part is wrong), when there are no nodes, when TLS options would be ignored,
     /// when a Sentinel-managed master is one member of several without
-    /// [`Nodes::sentinel_members`](crate::Nodes::sentinel_members), and when a server that answered cannot be a lock node:
-    /// when two addresses reach the same server (`localhost` and `127.0.0.1`, another
-    /// database number: servers are told apart by their `run_id`, not by URL), a replica,
-    /// a Redis Cluster node given as a server, something other than Redis, or, with
-    /// fencing, a server that keeps no append-only file. Fails with
+    /// [`Nodes::sentinel_members`](crate::Nodes::sentinel_members), and when a server that
+    /// answered cannot be a lock node: when two addresses reach the same server
+    /// (`localhost` and `127.0.0.1`, another database number: servers are told apart by
+    /// their `run_id`, not by URL), a replica, a Redis Cluster node given as a server,
+    /// something other than Redis, or, with fencing, a server that keeps no append-only
+    /// file. Fails with
     /// [`LockError::Config`] when the node set's settings do not fit `config` (replica
     /// acknowledgements not below the per-node timeout, a zero connect timeout).
     ///
@@ -146,8 +147,8 @@ impl Redlock {
         })
     }
 
-    /// A lock on nodes of any kind, such as an in-memory node for tests
-    /// ([`sim`](crate::sim), feature `test-util`) or a node of your own.
+    /// A lock on nodes of any kind, such as the in-memory nodes of the module `sim`
+    /// (feature `test-util`) for tests, or a node of your own.
     pub fn from_nodes(
         nodes: impl IntoIterator<Item = Arc<dyn LockNode>>,
         config: LockConfig,

@@ -348,8 +348,9 @@ fn cluster(scheme: &str, rest: &str) -> Result<Reach, String> {
     Ok(Reach::Cluster(seeds))
 }
 
-/// A Sentinel URL after its scheme: `[[user]:password@]host:port[,host:port...]/<service>[/db]`
-/// (the sentinels, the monitored master's name, and the master's credentials and database).
+/// A Sentinel URL after its scheme:
+/// `[[user]:password@]host:port[,host:port...]/<service>[/db]` (the sentinels, the
+/// monitored master's name, and the master's credentials and database).
 fn sentinel(rest: &str) -> Result<Reach, String> {
     let rest = rest.split(['?', '#']).next().unwrap_or_default();
     let Some((authority, path)) = rest.split_once('/') else {
