@@ -162,7 +162,7 @@ async fn run() -> Result {
 }
 
 /// A candidate: campaign, lead until the term is lost (or told to resign or stop), repeat.
-async fn candidate(id: usize, election: Election<Redlock>, shared: Arc<Shared>) -> Result {
+async fn candidate(id: usize, election: Election, shared: Arc<Shared>) -> Result {
     let mut shutdown = shared.shutdown.clone();
     let value = format!("candidate-{id}");
     loop {
@@ -220,7 +220,7 @@ async fn candidate(id: usize, election: Election<Redlock>, shared: Arc<Shared>) 
 }
 
 /// Prints every change of leader, as any process (a load balancer, a dashboard) sees them.
-async fn observe(election: Election<Redlock>, shared: Arc<Shared>) {
+async fn observe(election: Election, shared: Arc<Shared>) {
     let mut changes = Box::pin(election.observe());
     let mut blind = false;
     while let Some(change) = changes.next().await {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::{
     AutoExtend, Election, Leader, Leadership, LockConfig, LockError, LockFactory, LockGuard,
-    LockToken, LostSignal, NamedLock, Permit, RedisLock, Redlock, ReplicaAcks, RwLock, Semaphore,
+    LockToken, LostSignal, NamedLock, NodeAddress, Nodes, Permit, RedisLock, Redlock, ReplicaAcks,
+    RwLock, Semaphore,
 };
 
 fn send<T: Send>(_: &T) {}
@@ -16,11 +17,10 @@ fn send_sync<T: Send + Sync>() {}
 
 const _: fn() = || {
     send_sync::<Redlock>();
-    send_sync::<RedisLock>();
     send_sync::<LockFactory<Redlock>>();
-    send_sync::<LockFactory<RedisLock>>();
     send_sync::<NamedLock<Redlock>>();
-    send_sync::<NamedLock<RedisLock>>();
+    send_sync::<Nodes>();
+    send_sync::<NodeAddress>();
     send_sync::<LockGuard>();
     send_sync::<LostSignal>();
     send_sync::<LockConfig>();
@@ -28,18 +28,15 @@ const _: fn() = || {
     send_sync::<LockError>();
     send_sync::<AutoExtend>();
     send_sync::<ReplicaAcks>();
-    send_sync::<Semaphore<Redlock>>();
-    send_sync::<Semaphore<RedisLock>>();
+    send_sync::<Semaphore>();
     send_sync::<Permit>();
-    send_sync::<Election<Redlock>>();
-    send_sync::<Election<RedisLock>>();
+    send_sync::<Election>();
     send_sync::<Leadership>();
     send_sync::<Leader>();
-    send_sync::<RwLock<Redlock>>();
-    send_sync::<RwLock<RedisLock>>();
+    send_sync::<RwLock>();
 };
 
-const _: fn(&RwLock<Redlock>) = |rwlock| {
+const _: fn(&RwLock) = |rwlock| {
     send(&rwlock.try_read());
     send(&rwlock.read());
     send(&rwlock.read_timeout(Duration::from_secs(1)));
@@ -51,7 +48,7 @@ const _: fn(&RwLock<Redlock>) = |rwlock| {
 };
 
 /// The lock family's futures.
-const _: fn(&Semaphore<Redlock>, &mut Permit) = |semaphore, permit| {
+const _: fn(&Semaphore, &mut Permit) = |semaphore, permit| {
     send(&semaphore.try_acquire());
     send(&semaphore.acquire());
     send(&semaphore.acquire_timeout(Duration::from_secs(1)));
@@ -60,7 +57,7 @@ const _: fn(&Semaphore<Redlock>, &mut Permit) = |semaphore, permit| {
     send(&permit.is_acquired());
 };
 
-const _: fn(&Election<Redlock>, &mut Leadership) = |election, leadership| {
+const _: fn(&Election, &mut Leadership) = |election, leadership| {
     send(&election.campaign("value"));
     send(&election.campaign_timeout("value", Duration::from_secs(1)));
     send(&election.leader());
@@ -78,6 +75,7 @@ const _: fn(&Redlock, &RedisLock, &NamedLock<Redlock>, &mut LockGuard) =
         send(&redlock.acquire_many(&["a", "b"]));
         send(&redlock.acquire_timeout("r", Duration::from_secs(1)));
         send(&redlock.with("r", |_lost| async {}));
+        send(&redlock.release_token("r", &LockToken::generate()));
         send(&Redlock::connect(
             ["redis://127.0.0.1"],
             LockConfig::default(),

@@ -38,7 +38,8 @@ pub enum ConfigError {
     /// A zero per-node timeout would fail every command.
     #[error("the node timeout must be greater than zero")]
     ZeroNodeTimeout,
-    /// A zero connect timeout would never let a connection be made.
+    /// A zero connect timeout ([`Nodes::connect_timeout`](crate::Nodes::connect_timeout))
+    /// would never let a connection be made.
     #[error("the connect timeout must be greater than zero")]
     ZeroConnectTimeout,
     /// Replica acknowledgements ([`ReplicaAcks`](crate::ReplicaAcks)) need at least one
@@ -395,7 +396,8 @@ pub enum LockError {
     /// A node could not be set up: a malformed URL, a duplicate, or no nodes at all.
     #[error("invalid node {node}: {reason}")]
     InvalidNode {
-        /// The node (its URL without credentials).
+        /// The node (its URL without credentials), or, for a URL that does not read, the
+        /// URL as given with its password masked.
         node: String,
         /// Why it was rejected.
         reason: String,

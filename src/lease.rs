@@ -458,6 +458,7 @@ mod tests {
     use super::*;
     use crate::allocations::counted;
     use crate::config::LockConfig;
+    use crate::resource::KeyLayout;
 
     /// A held lock's state is one allocation, the lease itself: its name is a part of its
     /// key, its token inline, its tally shared, and its lost signals and their waits add
@@ -465,7 +466,8 @@ mod tests {
     /// and a copied name a third.)
     #[test]
     fn a_lease_is_one_allocation_and_its_signals_none() {
-        let resources = Resources::new(&LockConfig::default(), &["order:1"]).unwrap();
+        let resources =
+            Resources::new(&LockConfig::default(), KeyLayout::Plain, &["order:1"]).unwrap();
         let (token, tally, counters) = (
             LockToken::generate(),
             Arc::new(Tally::default()),
@@ -501,7 +503,8 @@ mod tests {
     /// read or the change.
     #[tokio::test(start_paused = true)]
     async fn a_wait_wakes_on_an_end_recorded_while_it_sleeps() {
-        let resources = Resources::new(&LockConfig::default(), &["order:1"]).unwrap();
+        let resources =
+            Resources::new(&LockConfig::default(), KeyLayout::Plain, &["order:1"]).unwrap();
         let now = Instant::now();
         let lease = Arc::new(Lease::new(
             Arc::default(),

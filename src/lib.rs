@@ -22,7 +22,7 @@
 //! use quorumlock::{LockConfig, LockError, Redlock};
 //!
 //! # async fn run() -> Result<(), LockError> {
-//! let urls = (1..=5).map(|i| format!("redis://127.0.0.1:700{i}"));
+//! let urls: Vec<String> = (1..=5).map(|i| format!("redis://127.0.0.1:700{i}")).collect();
 //! let lock = Redlock::connect(urls, LockConfig::default()).await?;
 //!
 //! // Bounded retries. Contended, it queues on the nodes: the holder's release hands the
@@ -146,11 +146,15 @@
 //!
 //! # Deployments
 //!
-//! `rediss://` works out of the box; `TlsOptions` (feature `tls`) adds a private CA, a client certificate
-//! or (for development) no verification (`Redlock::connect_tls`). A lock can also be
-//! built on your own [`redis::Client`]s ([`Redlock::from_clients`],
-//! [`RedisLock::from_client`]). Redis 6.2+ and Valkey 7.2+ are supported; docs/operations.md
-//! lists the ACL grants a lock's user needs.
+//! A lock's nodes are a [`Nodes`]: each member a [`NodeAddress`] (a server, a Redis
+//! Cluster by its seeds as `redis+cluster://`, a Sentinel-managed master as
+//! `redis+sentinel://`, or your own [`redis::Client`]), read once from anything
+//! [`IntoNodeAddress`], with the facts of the deployment beside them: TLS options, hash
+//! tags, [`ReplicaAcks`], Sentinel members, fencing on volatile nodes, the connect
+//! timeout. [`Redlock::connect`] takes a node set, or anything [`IntoNodes`]. `rediss://`
+//! works out of the box; `TlsOptions` (feature `tls`) adds a private CA, a client
+//! certificate or (for development) no verification ([`Nodes::tls`]). Redis 6.2+ and
+//! Valkey 7.2+ are supported; docs/operations.md lists the ACL grants a lock's user needs.
 //!
 //! # Guarantees, and their limits
 //!
@@ -186,9 +190,9 @@
     unreachable_pub
 )]
 
-/// The `redis` crate this one is built on, whose [`Client`](redis::Client) and
-/// [`ConnectionInfo`](redis::ConnectionInfo) [`Redlock::from_clients`] and
-/// [`RedisLock::from_client`] take: use this re-export to build them with the same version.
+/// The `redis` crate this one is built on, whose [`Client`](redis::Client) (and so
+/// [`ConnectionInfo`](redis::ConnectionInfo)) [`Redlock::connect`] takes: use this
+/// re-export to build them with the same version.
 pub use redis;
 
 #[cfg(test)]
@@ -210,14 +214,12 @@ pub mod node;
 mod observe;
 pub mod protocol;
 mod quorum;
-mod quorum_lock;
 mod redlock;
 mod resource;
 mod retry;
 mod rwlock;
 mod scoped;
 mod semaphore;
-mod single;
 mod token;
 mod watchdog;
 
@@ -228,7 +230,8 @@ pub mod sim;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use backend::tls::TlsOptions;
-pub use config::{LockConfig, LockConfigBuilder, ReplicaAcks};
+pub use backend::{IntoNodeAddress, IntoNodes, NodeAddress, Nodes, ReplicaAcks};
+pub use config::{LockConfig, LockConfigBuilder};
 pub use election::{Election, Leader, Leadership};
 pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
 pub use factory::{LockFactory, NamedLock};
@@ -237,12 +240,10 @@ pub use lease::LostSignal;
 pub use lock::DistributedLock;
 pub use metrics::{LockMetrics, NodeMetrics};
 pub use quorum::quorum_of;
-pub use quorum_lock::QuorumLock;
-pub use redlock::Redlock;
+pub use redlock::{RedisLock, Redlock};
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use rwlock::RwLock;
 pub use semaphore::{Permit, Semaphore};
-pub use single::RedisLock;
 pub use token::LockToken;
 pub use watchdog::AutoExtend;
 

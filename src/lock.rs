@@ -1,6 +1,5 @@
-//! [`DistributedLock`]: the contract both lock kinds keep; and [`Lock`], the one
-//! implementation of it that [`Redlock`](crate::Redlock) and
-//! [`RedisLock`](crate::RedisLock) both wrap and delegate to.
+//! [`DistributedLock`]: the contract of a lock; and [`Lock`], its one implementation,
+//! which [`Redlock`](crate::Redlock) wraps and delegates to.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,18 +8,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::LockConfig;
-use crate::error::LockError;
+use crate::error::{LockError, Tally};
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LostSignal};
 use crate::metrics::{LockMetrics, NodeMetrics};
 use crate::quorum::claim::Claim;
 use crate::quorum::Coordinator;
 use crate::resource::Resources;
+use crate::token::LockToken;
 
 /// A lock that many processes share through Redis.
 ///
-/// Implemented by [`Redlock`](crate::Redlock) (a quorum of independent nodes) and
-/// [`RedisLock`](crate::RedisLock) (one node), so code can be written once for both:
+/// Implemented by [`Redlock`](crate::Redlock), on a quorum of independent nodes or on one
+/// ([`RedisLock`](crate::RedisLock)); code written against the trait also runs on a mock
+/// of your own (and [`LockFactory`](crate::LockFactory) makes locks of either):
 ///
 /// ```no_run
 /// use quorumlock::{DistributedLock, LockError};
@@ -208,7 +209,7 @@ pub trait DistributedLock: Send + Sync {
     }
 }
 
-/// The lock both kinds are: a coordinator over their nodes, with the entry points of
+/// The lock a `Redlock` is: a coordinator over its nodes, with the entry points of
 /// [`DistributedLock`]. It turns the leases the coordinator grants into guards, gives each
 /// blocking acquire its deadline, and refuses guards of other connections.
 #[derive(Clone)]
@@ -304,6 +305,16 @@ impl Lock {
     pub(crate) async fn refresh(&self, guard: &mut LockGuard) -> Result<Duration, LockError> {
         self.check_origin(guard)?;
         guard.refresh().await
+    }
+
+    /// Deletes the lock on `resource` wherever it holds `token`; see
+    /// [`Redlock::release_token`](crate::Redlock::release_token).
+    pub(crate) async fn release_token(
+        &self,
+        resource: &str,
+        token: &LockToken,
+    ) -> Result<Tally, LockError> {
+        self.coordinator.release_token(resource, token).await
     }
 
     /// One attempt over `resources` by `claim` (a side of a read-write lock); the guard is

@@ -102,8 +102,8 @@ impl Counters {
     }
 }
 
-/// A snapshot of one node's counters, from `node_metrics()` (on
-/// [`Redlock`](crate::Redlock) and [`RedisLock`](crate::RedisLock)), shared like
+/// A snapshot of one node's counters, from
+/// [`Redlock::node_metrics`](crate::Redlock::node_metrics), shared like
 /// [`LockMetrics`].
 ///
 /// The counters only grow. A node whose `errors` or `timeouts` rise while the others' do

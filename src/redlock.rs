@@ -1,17 +1,20 @@
-//! [`Redlock`]: the quorum lock over N independent Redis nodes.
+//! [`Redlock`]: the lock over N independent Redis nodes, and [`RedisLock`], the same
+//! lock on one server.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::IntoNodes;
 use crate::config::LockConfig;
-use crate::error::LockError;
+use crate::error::{LockError, Tally};
 use crate::guard::LockGuard;
 use crate::lease::LostSignal;
 use crate::lock::{DistributedLock, Lock};
 use crate::metrics::{LockMetrics, NodeMetrics};
 use crate::node::LockNode;
 use crate::quorum::Coordinator;
+use crate::token::LockToken;
 
 /// The Redlock algorithm over N independent Redis masters: the lock survives the loss of
 /// any minority of them.
@@ -24,8 +27,9 @@ use crate::quorum::Coordinator;
 /// impossible. After any failed attempt it unlocks every node, including the ones that
 /// failed or timed out, since their `SET` may have landed even though the reply was lost.
 ///
-/// The nodes must be independent masters (not replicas of each other). `Redlock` is cheap
-/// to clone; clones share the node connections.
+/// The nodes must be independent masters (not replicas of each other). With one node it
+/// is the single-server lock, [`RedisLock`]: a quorum of one. `Redlock` is cheap to
+/// clone; clones share the node connections.
 ///
 /// # Examples
 ///
@@ -35,11 +39,8 @@ use crate::quorum::Coordinator;
 ///
 /// # async fn run() -> Result<(), LockError> {
 /// let config = LockConfig::builder().ttl(Duration::from_secs(10)).build()?;
-/// let lock = Redlock::connect(
-///     (1..=5).map(|i| format!("redis://127.0.0.1:700{i}")),
-///     config,
-/// )
-/// .await?;
+/// let urls: Vec<String> = (1..=5).map(|i| format!("redis://127.0.0.1:700{i}")).collect();
+/// let lock = Redlock::connect(urls, config).await?;
 /// assert_eq!(lock.quorum(), 3);
 ///
 /// match lock.try_acquire("cron:nightly-report").await {
@@ -58,110 +59,102 @@ pub struct Redlock {
     lock: Lock,
 }
 
+/// A lock on one Redis server: a [`Redlock`] of one node (quorum 1 of 1). `SET key token
+/// NX PX ttl` to acquire, a Lua compare-and-delete to release, a Lua compare-and-pexpire
+/// to refresh.
+///
+/// It is the same type, so it has the same contract (the same validity computation, token
+/// checks and error types) and every method of `Redlock`. It is as available as its one
+/// server: when that server is down, no lock can be taken, and if it restarts without
+/// persistence, a held lock is lost. Use `Redlock` over several independent servers where
+/// that matters. Its node may also be a Redis Cluster (`redis+cluster://`, one vote) or a
+/// Sentinel-managed master (`redis+sentinel://`).
+///
+/// # Examples
+///
+/// ```no_run
+/// use quorumlock::{DistributedLock, LockConfig, RedisLock};
+///
+/// # async fn run() -> Result<(), quorumlock::LockError> {
+/// let lock = RedisLock::connect("redis://127.0.0.1:6379", LockConfig::default()).await?;
+/// assert_eq!(lock.quorum(), 1);
+/// let guard = lock.acquire("stock:sku-42").await?;
+/// // ... read, change and write the stock ...
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub type RedisLock = Redlock;
+
 impl Redlock {
-    /// A quorum lock on the Redis servers at `urls`.
+    /// A lock on the Redis nodes of `nodes`: a node set ([`Nodes`](crate::Nodes), with its
+    /// TLS options and deployment facts), one address (a URL, a [`redis::Client`], a
+    /// [`NodeAddress`](crate::NodeAddress)), or a list of them (see [`IntoNodes`]).
     ///
-    /// Connects to every node at once, each within the
-    /// [`connect_timeout`](LockConfig::connect_timeout), and asks each server what it is.
-    /// Fails with [`LockError::InvalidNode`] when a URL is malformed, when there are no
-    /// URLs, and when a server that answered cannot be a lock node: when two URLs reach the
-    /// same server (`localhost` and `127.0.0.1`, another database number: servers are told
-    /// apart by their `run_id`, not by URL), a replica, a Redis Cluster node, something
-    /// other than Redis, or, with fencing, a server that keeps no append-only file.
+    /// Connects to every node at once, each within the node set's
+    /// [`connect_timeout`](crate::Nodes::connect_timeout), and asks each server what it is.
+    /// Fails with [`LockError::InvalidNode`] when an address does not read (the error says
+    /// which part is wrong), when there are no nodes, when TLS options would be ignored,
+    /// when a Sentinel-managed master is one member of several without
+    /// [`Nodes::sentinel_members`](crate::Nodes::sentinel_members), and when a server that
+    /// answered cannot be a lock node: when two addresses reach the same server
+    /// (`localhost` and `127.0.0.1`, another database number: servers are told apart by
+    /// their `run_id`, not by URL), a replica, a Redis Cluster node given as a server,
+    /// something other than Redis, or, with fencing, a server that keeps no append-only
+    /// file. Fails with
+    /// [`LockError::Config`] when the node set's settings do not fit `config` (replica
+    /// acknowledgements not below the per-node timeout, a zero connect timeout).
     ///
     /// Nodes that cannot be reached now only count as failed until they come back, and are
     /// checked then: a server that turns out to be another node's, or a replica, still
     /// counts as failed (and says why in a warning).
     ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future abandons the lock before it exists: connecting writes no lock
-    /// key, and the connections made so far are dropped with it.
-    pub async fn connect<I, S>(urls: I, config: LockConfig) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let clients = crate::backend::clients_for_urls(
-            urls,
-            #[cfg(feature = "tls")]
-            None,
-        )?;
-        Self::connect_clients(clients, config).await
-    }
-
-    /// [`connect`](Self::connect), with `tls` for the `rediss://` URLs: a private CA, a
-    /// client certificate, or no verification (see [`TlsOptions`](crate::backend::tls::TlsOptions)).
-    /// Giving options for a plain `redis://` URL is an [`InvalidNode`](LockError::InvalidNode)
-    /// error, since they would be ignored.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`connect`](Self::connect): dropping the future writes nothing to the nodes.
-    #[cfg(feature = "tls")]
-    pub async fn connect_tls<I, S>(
-        urls: I,
-        tls: &crate::backend::tls::TlsOptions,
-        config: LockConfig,
-    ) -> Result<Self, LockError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let clients = crate::backend::clients_for_urls(urls, Some(tls))?;
-        Self::connect_clients(clients, config).await
-    }
-
-    /// A quorum lock on clients you built yourself (TLS settings, a username, RESP3, a
-    /// custom DNS resolver...), connected and checked as [`connect`](Self::connect) does.
-    /// For a [`redis::ConnectionInfo`], build its client with `redis::Client::open(info)`.
-    ///
-    /// The nodes are named after the clients' addresses, without credentials
-    /// (`redis://host:port[/db]`, `rediss://...`; see
-    /// [`client_name`](crate::backend::client_name)). The connection and response timeouts of
-    /// the clients' own configuration are not used: the lock's
-    /// [`connect_timeout`](LockConfig::connect_timeout) and
-    /// [`node_timeout`](LockConfig::node_timeout) apply.
+    /// The nodes are named after their URLs, or their clients' addresses, without
+    /// credentials (`redis://host:port[/db]`, `rediss://...`; see
+    /// [`client_name`](crate::backend::client_name)). The connection and response
+    /// timeouts of a client's own configuration are not used: the node set's connect
+    /// timeout and the lock's [`node_timeout`](LockConfig::node_timeout) apply. For a
+    /// [`redis::ConnectionInfo`], build its client with `redis::Client::open(info)`.
     ///
     /// ```no_run
-    /// use quorumlock::{redis, LockConfig, Redlock};
+    /// use quorumlock::{redis, LockConfig, Nodes, Redlock};
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Clients you built (TLS settings, a username, RESP3, a custom resolver...):
     /// let clients = ["redis://a:6379", "redis://b:6379", "redis://c:6379"]
     ///     .into_iter()
     ///     .map(redis::Client::open)
     ///     .collect::<Result<Vec<_>, _>>()?;
-    /// let lock = Redlock::from_clients(clients, LockConfig::default()).await?;
+    /// let lock = Redlock::connect(clients, LockConfig::default()).await?;
+    ///
+    /// // A node set with settings of its deployment:
+    /// let nodes = Nodes::new(["redis://a:6379", "redis://b:6379", "redis://c:6379"])?
+    ///     .fencing_on_volatile_nodes(true);
+    /// let fenced = LockConfig::builder().fencing(true).build()?;
+    /// let lock = Redlock::connect(nodes, fenced).await?;
     /// # Ok(())
     /// # }
     /// ```
     ///
     /// # Cancel safety
     ///
-    /// As [`connect`](Self::connect): dropping the future writes nothing to the nodes.
-    pub async fn from_clients(
-        clients: impl IntoIterator<Item = redis::Client>,
-        config: LockConfig,
-    ) -> Result<Self, LockError> {
-        Self::connect_clients(crate::backend::named_clients(clients), config).await
-    }
-
-    async fn connect_clients(
-        clients: Vec<(String, crate::backend::Target)>,
-        config: LockConfig,
-    ) -> Result<Self, LockError> {
+    /// Dropping the future abandons the lock before it exists: connecting writes no lock
+    /// key, and the connections made so far are dropped with it.
+    pub async fn connect(nodes: impl IntoNodes, config: LockConfig) -> Result<Self, LockError> {
+        let nodes = nodes.into_nodes()?;
         Ok(Redlock {
-            lock: Lock::new(Coordinator::connected(clients, config).await?),
+            lock: Lock::new(Coordinator::connected(&nodes, config).await?),
         })
     }
 
-    /// A quorum lock on nodes of any kind, such as an in-memory node for tests.
+    /// A lock on nodes of any kind, such as the in-memory nodes of the module `sim`
+    /// (feature `test-util`) for tests, or a node of your own.
     pub fn from_nodes(
-        nodes: Vec<Arc<dyn LockNode>>,
+        nodes: impl IntoIterator<Item = Arc<dyn LockNode>>,
         config: LockConfig,
     ) -> Result<Self, LockError> {
         Ok(Redlock {
-            lock: Lock::new(Coordinator::new(nodes, config)?),
+            lock: Lock::new(Coordinator::new(nodes.into_iter().collect(), config)?),
         })
     }
 
@@ -177,6 +170,12 @@ impl Redlock {
             .nodes()
             .iter()
             .map(|node| node.name())
+    }
+
+    /// The node's name (its URL without credentials), for a lock on one node (a
+    /// [`RedisLock`]); with several, the first one's (see [`node_names`](Self::node_names)).
+    pub fn node_name(&self) -> &str {
+        self.lock.coordinator().nodes()[0].name()
     }
 
     /// One attempt, no waiting; see [`DistributedLock::try_acquire`].
@@ -241,6 +240,31 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         self.lock.with(resource, work).await
+    }
+
+    /// Deletes the lock on `resource` on every node where its key holds `token`, by the
+    /// compare-and-delete a guard's release sends: for an operator who has a holder's
+    /// token but not its guard (`quorumlock release`). Another owner's lock is never
+    /// touched; the holder finds out at its next refresh or check.
+    ///
+    /// It hears every node out, each within the node timeout, and returns how they
+    /// answered: [`granted`](Tally::granted) the nodes that deleted the key,
+    /// [`refused`](Tally::refused) those where it was absent or held another token,
+    /// [`failures`](Tally::failures) those that did not answer. The lock is free once a
+    /// quorum deleted it ([`Tally::has_quorum`]); the token cannot have held it when
+    /// deletions and failures together fall short of one. Fails only for a name that
+    /// cannot be a lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the deletes already sent to finish on their nodes, as a
+    /// dropped release does; sending it again is harmless.
+    pub async fn release_token(
+        &self,
+        resource: &str,
+        token: &LockToken,
+    ) -> Result<Tally, LockError> {
+        self.lock.release_token(resource, token).await
     }
 
     /// The configuration this lock runs with.
@@ -318,11 +342,9 @@ impl DistributedLock for Redlock {
     }
 }
 
-impl crate::quorum_lock::sealed::Sealed for Redlock {
-    #[allow(private_interfaces)] // the trait is sealed: only this crate can call it
-    fn inner(&self) -> &Lock {
+impl Redlock {
+    /// The lock the read-write lock, the semaphore and the election run on.
+    pub(crate) fn inner(&self) -> &Lock {
         &self.lock
     }
 }
-
-impl crate::quorum_lock::QuorumLock for Redlock {}

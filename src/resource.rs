@@ -4,7 +4,7 @@
 //!
 //! By default a resource's key is its name after the configured prefix: `<prefix><name>`,
 //! the names other Redlock clients use. In the hash-tagged layout (a lock with a Redis
-//! Cluster member, or [`LockConfig::hash_tags`]) the whole key is one hash tag,
+//! Cluster member, or [`Nodes::hash_tags`](crate::Nodes::hash_tags)) the whole key is one hash tag,
 //! `{<prefix><name>}`. Every other key of the lock is a brace-free prefix and that key
 //! (`quorumlock:waiters:{...}`, `quorumlock:watched:{...}`, `quorumlock:fence:{...}`, and
 //! the release channel `quorumlock:released:{...}`), so all of them hash to the lock key's
@@ -25,6 +25,19 @@ pub const MAX_RESOURCE_LEN: usize = 1024;
 
 /// The most resources one lock may cover.
 pub const MAX_RESOURCES: usize = 64;
+
+/// How a lock's keys are laid out on its nodes (see the [module](self) docs): a fact of
+/// its node set, which the coordinator keeps beside the configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum KeyLayout {
+    /// `<prefix><name>`: the names other Redlock clients use.
+    #[default]
+    Plain,
+    /// `{<prefix><name>}`: each key one hash tag, asked for on standalone nodes.
+    HashTags,
+    /// Hash tags, and every key of one lock in one slot: a member is a Redis Cluster.
+    OneSlot,
+}
 
 /// The Redis keys of one lock: one per resource, sorted.
 pub(crate) type Keys = Arc<[Arc<str>]>;
@@ -77,7 +90,11 @@ impl Resources {
     /// Checks the names and forms their keys: each name itself, or the configured prefix
     /// followed by the name. Several names are sorted, so every client locks them in the
     /// same order and reports them the same way.
-    pub(crate) fn new(config: &LockConfig, resources: &[&str]) -> Result<Self, LockError> {
+    pub(crate) fn new(
+        config: &LockConfig,
+        layout: KeyLayout,
+        resources: &[&str],
+    ) -> Result<Self, LockError> {
         if resources.is_empty() {
             return Err(invalid("", "no resource given"));
         }
@@ -87,7 +104,7 @@ impl Resources {
         if let [name] = resources {
             // The usual lock, on one resource: no sorting, no joined name.
             validate(name)?;
-            let (key, start) = lock_key(config, name)?;
+            let (key, start) = lock_key(config, layout, name)?;
             return Ok(Resources {
                 // Lossless: a key's length fits a `u32` (asserted above `impl Name`).
                 name: Name::InKey {
@@ -107,9 +124,9 @@ impl Resources {
         }
         let keys: Keys = names
             .iter()
-            .map(|name| lock_key(config, name).map(|(key, _)| key))
+            .map(|name| lock_key(config, layout, name).map(|(key, _)| key))
             .collect::<Result<_, _>>()?;
-        if config.one_slot() {
+        if layout == KeyLayout::OneSlot {
             one_slot(&names, &keys)?;
         }
         Ok(Resources {
@@ -120,9 +137,10 @@ impl Resources {
 }
 
 impl LockConfig {
-    /// The Redis key a lock on `resource` lives under: the name, after the key prefix.
-    /// Fails on a name that cannot be a lock (empty, or longer than
-    /// [`MAX_RESOURCE_LEN`]).
+    /// The Redis key a lock on `resource` lives under on nodes of the plain layout: the
+    /// name, after the key prefix. Fails on a name that cannot be a lock (empty, or longer
+    /// than [`MAX_RESOURCE_LEN`]). On nodes with hash tags (a Redis Cluster member), see
+    /// [`Nodes::key_for`](crate::Nodes::key_for).
     ///
     /// ```
     /// # use quorumlock::LockConfig;
@@ -132,16 +150,29 @@ impl LockConfig {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn key_for(&self, resource: &str) -> Result<String, LockError> {
-        validate(resource)?;
-        Ok(lock_key(self, resource)?.0.to_string())
+        key_for(self, KeyLayout::Plain, resource)
     }
+}
+
+/// The Redis key a lock on `resource` lives under, in `layout`.
+pub(crate) fn key_for(
+    config: &LockConfig,
+    layout: KeyLayout,
+    resource: &str,
+) -> Result<String, LockError> {
+    validate(resource)?;
+    Ok(lock_key(config, layout, resource)?.0.to_string())
 }
 
 /// The Redis key of resource `name`: the name itself, or the configured prefix and the
 /// name; in the hash-tagged layout, that in braces. With where the name starts in it.
-fn lock_key(config: &LockConfig, name: &str) -> Result<(Arc<str>, usize), LockError> {
+fn lock_key(
+    config: &LockConfig,
+    layout: KeyLayout,
+    name: &str,
+) -> Result<(Arc<str>, usize), LockError> {
     let prefix = config.key_prefix().unwrap_or_default();
-    if !config.hash_tags() {
+    if layout == KeyLayout::Plain {
         return Ok(match config.key_prefix() {
             Some(prefix) => (format!("{prefix}{name}").into(), prefix.len()),
             None => (Arc::from(name), 0),
@@ -204,15 +235,14 @@ mod tests {
     #[test]
     fn key_is_the_name_unless_a_prefix_is_configured() {
         let plain = LockConfig::default();
-        let one = Resources::new(&plain, &["order:1"]).unwrap();
+        let one = Resources::new(&plain, KeyLayout::Plain, &["order:1"]).unwrap();
         assert_eq!(one.name(), "order:1");
         assert_eq!(&*one.keys[0], "order:1");
         let prefixed = LockConfig::builder().key_prefix("lock:").build().unwrap();
-        let one = Resources::new(&prefixed, &["order:1"]).unwrap();
+        let one = Resources::new(&prefixed, KeyLayout::Plain, &["order:1"]).unwrap();
         assert_eq!(&*one.keys[0], "lock:order:1");
         assert_eq!(one.name(), "order:1");
-        let tagged = prefixed.to_builder().hash_tags(true).build().unwrap();
-        let one = Resources::new(&tagged, &["order:1"]).unwrap();
+        let one = Resources::new(&prefixed, KeyLayout::HashTags, &["order:1"]).unwrap();
         assert_eq!(&*one.keys[0], "{lock:order:1}");
         assert_eq!(one.name(), "order:1");
     }
@@ -220,7 +250,7 @@ mod tests {
     #[test]
     fn several_resources_are_sorted_and_named_together() {
         let config = LockConfig::default();
-        let both = Resources::new(&config, &["b", "a"]).unwrap();
+        let both = Resources::new(&config, KeyLayout::Plain, &["b", "a"]).unwrap();
         assert_eq!(both.name(), "a + b");
         let keys: Vec<&str> = both.keys.iter().map(|key| &**key).collect();
         assert_eq!(keys, ["a", "b"]);
@@ -229,7 +259,7 @@ mod tests {
     #[test]
     fn rejects_empty_duplicate_oversized_and_too_many_names() {
         let config = LockConfig::default();
-        let reject = |names: &[&str]| match Resources::new(&config, names) {
+        let reject = |names: &[&str]| match Resources::new(&config, KeyLayout::Plain, names) {
             Err(LockError::InvalidResource { reason, .. }) => reason,
             Err(other) => panic!("unexpected {other:?}"),
             Ok(_) => panic!("accepted {names:?}"),
@@ -241,22 +271,20 @@ mod tests {
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         assert_eq!(reject(&many), "more than 64 resources in one lock");
         let long = "x".repeat(MAX_RESOURCE_LEN + 1);
-        match Resources::new(&config, &[&long]) {
+        match Resources::new(&config, KeyLayout::Plain, &[&long]) {
             Err(LockError::InvalidResource { resource, .. }) => assert_eq!(resource.len(), 64),
             other => panic!("unexpected {:?}", other.map(|r| r.name)),
         }
-        assert!(Resources::new(&config, &[&"x".repeat(MAX_RESOURCE_LEN)]).is_ok());
+        assert!(
+            Resources::new(&config, KeyLayout::Plain, &[&"x".repeat(MAX_RESOURCE_LEN)]).is_ok()
+        );
     }
 
     #[test]
     fn hash_tagged_keys_put_every_key_of_a_lock_in_one_slot() {
         use redis::cluster_routing::Slot;
-        let tagged = LockConfig::builder()
-            .key_prefix("lock:")
-            .hash_tags(true)
-            .build()
-            .unwrap();
-        let key = tagged.key_for("order:1").unwrap();
+        let tagged = LockConfig::builder().key_prefix("lock:").build().unwrap();
+        let key = key_for(&tagged, KeyLayout::HashTags, "order:1").unwrap();
         assert_eq!(key, "{lock:order:1}");
         let slot = Slot::for_key(&key);
         use crate::protocol::keys;
@@ -280,25 +308,25 @@ mod tests {
 
     #[test]
     fn a_cluster_lock_refuses_resources_in_different_slots() {
-        let cluster = LockConfig::default().for_cluster_members();
-        assert_eq!(cluster.key_for("a").unwrap(), "{a}");
-        let same = Resources::new(&cluster, &["{orders}:2", "{orders}:1"]).unwrap();
+        let (config, cluster) = (LockConfig::default(), KeyLayout::OneSlot);
+        assert_eq!(key_for(&config, cluster, "a").unwrap(), "{a}");
+        let same = Resources::new(&config, cluster, &["{orders}:2", "{orders}:1"]).unwrap();
         assert_eq!(&*same.keys[0], "{{orders}:1}");
-        let refused = Resources::new(&cluster, &["order:1", "order:2"]);
+        let refused = Resources::new(&config, cluster, &["order:1", "order:2"]);
         assert!(
             matches!(refused, Err(LockError::InvalidResource { reason, .. }) if reason.contains("hash slot")),
             "{:?}",
             refused.map(|r| r.name)
         );
-        assert!(Resources::new(&cluster, &["}x"]).is_err());
+        assert!(Resources::new(&config, cluster, &["}x"]).is_err());
         // Tagged by choice on standalone nodes: different slots are fine there.
-        let tagged = LockConfig::builder().hash_tags(true).build().unwrap();
-        assert!(Resources::new(&tagged, &["order:1", "order:2"]).is_ok());
+        let tagged = KeyLayout::HashTags;
+        assert!(Resources::new(&config, tagged, &["order:1", "order:2"]).is_ok());
     }
 
     #[test]
     fn any_utf8_is_a_valid_name() {
         let config = LockConfig::default();
-        assert!(Resources::new(&config, &["заказ 🧾 #1\n"]).is_ok());
+        assert!(Resources::new(&config, KeyLayout::Plain, &["заказ 🧾 #1\n"]).is_ok());
     }
 }

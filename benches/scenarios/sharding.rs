@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::{DistributedLock, LockConfig, RedisLock, Redlock, ReplicaAcks};
+use quorumlock::{DistributedLock, LockConfig, Nodes, RedisLock, Redlock, ReplicaAcks};
 use quorumlock_testkit::measure::{histogram, merge, record, Histogram};
 use quorumlock_testkit::{RedisCluster, SentinelDeployment, ShardedCluster};
 
@@ -139,19 +139,18 @@ pub async fn replica_acks(options: &Options, failures: &mut Vec<String>) {
         .retry_count(0)
         .build()
         .expect("valid config");
-    let acked = plain
-        .to_builder()
-        .replica_acks(ReplicaAcks::new(1, Duration::from_millis(100)))
-        .build()
-        .expect("valid config");
+    let master = Nodes::new(deployment.server(0).url()).expect("the master's URL");
+    let acked = master
+        .clone()
+        .replica_acks(ReplicaAcks::new(1, Duration::from_millis(100)));
     let window = options.window(Duration::from_secs(2));
     for rep in 0..options.reps {
-        let mut order = [("no WAIT", &plain), ("WAIT 1", &acked)];
+        let mut order = [("no WAIT", &master), ("WAIT 1", &acked)];
         if rep % 2 == 1 {
             order.reverse();
         }
-        for (label, config) in order {
-            let lock = RedisLock::connect(&deployment.server(0).url(), config.clone())
+        for (label, nodes) in order {
+            let lock = RedisLock::connect(nodes.clone(), plain.clone())
                 .await
                 .expect("connect the lock");
             let measured = measure_one(&lock, window).await;

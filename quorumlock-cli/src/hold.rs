@@ -3,10 +3,9 @@
 
 use std::time::Duration;
 
-use quorumlock::{LockError, LockGuard, QuorumLock, RwLock, Semaphore};
+use quorumlock::{LockError, LockGuard, Redlock, RwLock, Semaphore};
 
 use crate::args::RunArgs;
-use crate::lock::AnyLock;
 
 /// What a `run` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,40 +32,28 @@ impl Hold {
     /// Takes this of `resource` on `lock`: one attempt, or attempts until `wait`.
     pub async fn take(
         self,
-        lock: &AnyLock,
+        lock: &Redlock,
         resource: &str,
         wait: Option<Duration>,
     ) -> Result<LockGuard, LockError> {
-        match lock {
-            AnyLock::Single(lock) => take(lock, resource, self, wait).await,
-            AnyLock::Quorum(lock) => take(lock, resource, self, wait).await,
-        }
-    }
-}
-
-async fn take<L: QuorumLock>(
-    lock: &L,
-    resource: &str,
-    hold: Hold,
-    wait: Option<Duration>,
-) -> Result<LockGuard, LockError> {
-    match hold {
-        Hold::Exclusive | Hold::Shared => {
-            let rwlock = RwLock::new(lock.clone(), resource)?;
-            match (hold, wait) {
-                (Hold::Shared, Some(wait)) => rwlock.read_timeout(wait).await,
-                (Hold::Shared, None) => rwlock.try_read().await,
-                (_, Some(wait)) => rwlock.write_timeout(wait).await,
-                (_, None) => rwlock.try_write().await,
+        match self {
+            Hold::Exclusive | Hold::Shared => {
+                let rwlock = RwLock::new(lock.clone(), resource)?;
+                match (self, wait) {
+                    (Hold::Shared, Some(wait)) => rwlock.read_timeout(wait).await,
+                    (Hold::Shared, None) => rwlock.try_read().await,
+                    (_, Some(wait)) => rwlock.write_timeout(wait).await,
+                    (_, None) => rwlock.try_write().await,
+                }
             }
-        }
-        Hold::Permit(permits) => {
-            let semaphore = Semaphore::new(lock.clone(), resource, permits)?;
-            let permit = match wait {
-                Some(wait) => semaphore.acquire_timeout(wait).await?,
-                None => semaphore.try_acquire().await?,
-            };
-            Ok(permit.into_guard())
+            Hold::Permit(permits) => {
+                let semaphore = Semaphore::new(lock.clone(), resource, permits)?;
+                let permit = match wait {
+                    Some(wait) => semaphore.acquire_timeout(wait).await?,
+                    None => semaphore.try_acquire().await?,
+                };
+                Ok(permit.into_guard())
+            }
         }
     }
 }

@@ -23,7 +23,6 @@ mod duration;
 mod exit;
 mod guardian;
 mod hold;
-mod lock;
 mod node_url;
 mod nodes;
 mod output;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{LockConfig, LockError, TlsOptions};
+use quorumlock::{LockConfig, LockError, Nodes, TlsOptions};
 
 use crate::args::GlobalArgs;
 use crate::exit::{CliError, Kind};
@@ -24,38 +24,25 @@ pub fn node_urls(global: &GlobalArgs) -> Result<Vec<String>, CliError> {
     Ok(urls)
 }
 
-/// Whether `url` names a Redis Cluster member (`redis+cluster://`, `rediss+cluster://`).
-pub fn is_cluster(url: &str) -> bool {
-    quorumlock::backend::cluster_seeds(url).is_some()
-}
-
-/// Whether `url` names a Sentinel-managed master (`redis+sentinel://`).
-pub fn is_sentinel(url: &str) -> bool {
-    quorumlock::backend::sentinel_client(url).is_some()
-}
-
 /// The quorum of `nodes` nodes: `nodes / 2 + 1`.
 pub fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
-/// The Redis key of `resource` under the key prefix, by the library's own rule
-/// ([`LockConfig::key_for`]), for the commands that talk to the nodes directly. Fails on a
-/// name that cannot be a lock.
+/// The Redis key of `resource` under the key prefix, by the library's own rule for the
+/// nodes given ([`Nodes::key_for`]: hash-tagged with a Redis Cluster member), for the
+/// commands that talk to the nodes directly. Fails on a name that cannot be a lock.
 pub fn lock_key(global: &GlobalArgs, resource: &str) -> Result<String, CliError> {
     let mut config = LockConfig::builder();
     if let Some(prefix) = &global.key_prefix {
         config = config.key_prefix(prefix.clone());
     }
-    // A lock with a Redis Cluster member uses the hash-tagged layout on every node.
-    if global.nodes.iter().any(|url| is_cluster(url)) {
-        config = config.hash_tags(true);
-    }
     let config = config
         .build()
         .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
-    config
-        .key_for(resource)
+    let urls: Vec<&String> = global.nodes.iter().filter(|url| !url.is_empty()).collect();
+    Nodes::new(urls)
+        .and_then(|nodes| nodes.key_for(&config, resource))
         .map_err(|error| CliError::from_lock(&error))
 }
 
@@ -76,19 +63,18 @@ pub fn tls_options(global: &GlobalArgs) -> Result<TlsOptions, CliError> {
     Ok(options)
 }
 
-/// The client for each URL, with the TLS options for `rediss://` ones, checked up front
-/// so that a malformed URL is a configuration error (exit 78) before any node is asked
-/// anything. TLS options with a plain `redis://` URL are one too.
-pub fn check_urls(global: &GlobalArgs, urls: &[String]) -> Result<Vec<redis::Client>, CliError> {
-    let tls = tls_options(global)?;
-    urls.iter()
-        .map(|url| {
-            // Through the options even when they are the defaults: a rediss:// client needs
-            // the TLS crypto provider installed before its first connection.
-            let client = tls.client(url);
-            client.map_err(|error| CliError::from_lock(&error))
-        })
-        .collect()
+/// The node set of `urls`, with the TLS options and the `--connect-timeout` of `global`,
+/// checked up front so that a malformed URL is a configuration error (exit 78) before any
+/// node is asked anything. TLS options a node would ignore (on a plain `redis://` URL, a
+/// cluster member) are one too.
+pub fn check_urls(global: &GlobalArgs, urls: &[String]) -> Result<Nodes, CliError> {
+    let invalid = |error: LockError| CliError::from_lock(&error);
+    let mut nodes = Nodes::new(urls).map_err(invalid)?.tls(tls_options(global)?);
+    if let Some(timeout) = global.connect_timeout {
+        nodes = nodes.connect_timeout(timeout);
+    }
+    nodes.clients().map_err(invalid)?;
+    Ok(nodes)
 }
 
 /// The per-node budget of the operator commands (`status`, `release`): `--node-timeout`,

@@ -1,18 +1,13 @@
 //! `quorumlock release`: compare-and-delete a lock by its token, for operators.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
-use quorumlock::backend::{redact_url, RedisNode};
-use quorumlock::node::LockNode;
-use quorumlock::LockToken;
+use quorumlock::{LockConfig, LockError, LockToken, Redlock, Tally};
 use serde_json::{json, Value};
 
 use crate::args::{GlobalArgs, ReleaseArgs};
-use crate::duration::format_duration;
 use crate::exit::{CliError, Kind};
-use crate::nodes::{lock_key, node_urls, operator_timeout, quorum, tls_options};
+use crate::nodes::{check_urls, lock_key, node_urls, operator_timeout, quorum};
 use crate::output::Output;
 
 /// What one node did with the delete.
@@ -49,11 +44,14 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
         ));
     }
     let urls = node_urls(global)?;
-    let budget = operator_timeout(global);
-    let nodes = nodes_for(global, &urls, budget).await?;
+    let lock = operator_lock(global, &urls).await?;
     let token = LockToken::from_string(args.token.clone());
-    let outcomes = join_all(nodes.iter().map(|node| unlock(node, &key, &token, budget))).await;
-    let names: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
+    let tally = lock
+        .release_token(&args.resource, &token)
+        .await
+        .map_err(|error| CliError::from_lock(&error))?;
+    let names: Vec<String> = lock.node_names().map(str::to_owned).collect();
+    let outcomes: Vec<NodeOutcome> = names.iter().map(|name| outcome(&tally, name)).collect();
     let quorum = quorum(names.len());
     let decision = decide(&outcomes, quorum);
     let deleted = count(&outcomes, |outcome| *outcome == NodeOutcome::Deleted);
@@ -122,40 +120,37 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
     }
 }
 
-/// A node for each of `urls`, in their order, read as `run` reads them (see
-/// [`RedisNode::connect_tls`]): servers, Redis Cluster members and Sentinel-managed masters.
-/// A malformed URL, or TLS options it would ignore, is an error before anything is deleted.
-async fn nodes_for(
-    global: &GlobalArgs,
-    urls: &[String],
-    budget: Duration,
-) -> Result<Vec<Arc<dyn LockNode>>, CliError> {
-    // Through the options even when they are the defaults: a rediss:// client needs the
-    // TLS crypto provider installed before its first connection.
-    let tls = tls_options(global)?;
-    let mut nodes: Vec<Arc<dyn LockNode>> = Vec::with_capacity(urls.len());
-    for url in urls {
-        let node = RedisNode::connect_tls(url, &tls, budget)
-            .await
-            .map_err(|error| CliError::from_lock(&error))?;
-        nodes.push(Arc::new(node));
+/// The lock on `urls` that deletes by token, read and checked as `run` reads its nodes
+/// (servers, Redis Cluster members and Sentinel-managed masters; a malformed URL, or TLS
+/// options a node would ignore, is an error before anything is deleted), each node given
+/// the operator's budget to connect and to answer.
+async fn operator_lock(global: &GlobalArgs, urls: &[String]) -> Result<Redlock, CliError> {
+    let budget = operator_timeout(global);
+    let nodes = check_urls(global, urls)?.connect_timeout(budget);
+    // The TTL is never used to delete; it only has to leave the budget room, in whole
+    // seconds (a tenth of the TTL at most may go to one node).
+    let room = budget.as_secs().saturating_add(1).saturating_mul(10);
+    let ttl = LockConfig::DEFAULT_TTL.max(Duration::from_secs(room));
+    let mut config = LockConfig::builder().ttl(ttl).node_timeout(budget);
+    if let Some(prefix) = &global.key_prefix {
+        config = config.key_prefix(prefix.clone());
     }
-    Ok(nodes)
+    let config = config
+        .build()
+        .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
+    Redlock::connect(nodes, config)
+        .await
+        .map_err(|error| CliError::from_lock(&error))
 }
 
-/// Compare-and-delete on one node, within `budget` (connection included).
-async fn unlock(
-    node: &Arc<dyn LockNode>,
-    key: &str,
-    token: &LockToken,
-    budget: Duration,
-) -> NodeOutcome {
-    let keys: [Arc<str>; 1] = [Arc::from(key)];
-    match tokio::time::timeout(budget, node.unlock(&keys, token)).await {
-        Err(_) => NodeOutcome::Failed(format!("timed out after {}", format_duration(budget))),
-        Ok(Err(error)) => NodeOutcome::Failed(error.to_string()),
-        Ok(Ok(true)) => NodeOutcome::Deleted,
-        Ok(Ok(false)) => NodeOutcome::NotHeld,
+/// What the node `name` did with the delete, as `tally` counts it.
+fn outcome(tally: &Tally, name: &str) -> NodeOutcome {
+    if let Some(failure) = tally.failures.iter().find(|failure| failure.node == name) {
+        NodeOutcome::Failed(failure.error.to_string())
+    } else if tally.refused.iter().any(|refused| refused == name) {
+        NodeOutcome::NotHeld
+    } else {
+        NodeOutcome::Deleted
     }
 }
 

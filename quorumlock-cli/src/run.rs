@@ -4,7 +4,7 @@ use std::ffi::{OsStr, OsString};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use quorumlock::{AutoExtend, LeaseEnd, LockConfig, LockError, LockGuard};
+use quorumlock::{AutoExtend, LeaseEnd, LockConfig, LockError, LockGuard, Redlock};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
@@ -13,8 +13,7 @@ use crate::duration::{format_duration, millis};
 use crate::exit::{command_status_code, CliError, Kind};
 use crate::guardian::Guardian;
 use crate::hold::Hold;
-use crate::lock::AnyLock;
-use crate::nodes::node_urls;
+use crate::nodes::{check_urls, node_urls};
 use crate::output::{failures, Event, Output, TallyJson};
 use crate::signal::{
     adopt_orphans, in_terminal_foreground, terminal_generated, OnLost, Signal, Target,
@@ -37,7 +36,11 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     let urls = node_urls(global)?;
     let config = lock_config(global, args)?;
     let node_timeout = config.node_timeout();
-    let lock = AnyLock::connect(global, &urls, config).await?;
+    let nodes =
+        check_urls(global, &urls)?.fencing_on_volatile_nodes(args.fencing_on_volatile_nodes);
+    let lock = Redlock::connect(nodes, config)
+        .await
+        .map_err(|error| CliError::from_lock(&error))?;
     // Installed before the wait, so that a signal while waiting ends it cleanly; from then
     // on these signals no longer kill quorumlock, and are passed on to the command.
     let mut signals = Forwarded::install()?;
@@ -141,15 +144,9 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
 
 /// The lock settings of this run.
 fn lock_config(global: &GlobalArgs, args: &RunArgs) -> Result<LockConfig, CliError> {
-    let mut builder = LockConfig::builder()
-        .ttl(args.ttl)
-        .fencing(args.fencing)
-        .fencing_on_volatile_nodes(args.fencing_on_volatile_nodes);
+    let mut builder = LockConfig::builder().ttl(args.ttl).fencing(args.fencing);
     if let Some(node_timeout) = global.node_timeout {
         builder = builder.node_timeout(node_timeout);
-    }
-    if let Some(connect_timeout) = global.connect_timeout {
-        builder = builder.connect_timeout(connect_timeout);
     }
     if let Some(prefix) = &global.key_prefix {
         builder = builder.key_prefix(prefix.clone());
@@ -166,7 +163,7 @@ fn lock_config(global: &GlobalArgs, args: &RunArgs) -> Result<LockConfig, CliErr
 }
 
 /// Says that the lock was taken, with its token.
-fn report_acquired(guard: &LockGuard, lock: &AnyLock, waited: Duration, out: Output) {
+fn report_acquired(guard: &LockGuard, lock: &Redlock, waited: Duration, out: Output) {
     let event = Event::Acquired {
         resource: guard.resource().to_owned(),
         key: guard.key().to_owned(),

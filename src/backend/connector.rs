@@ -5,7 +5,7 @@
 //! in, a member of a quorum) is a link whose every new connection asks the sentinels which
 //! server is the master now, so the node follows a failover: its connection breaks, the
 //! next one reaches the promoted replica, which the server check admits once it reports
-//! `role:master`. Its URL is read with the others' ([`sentinel_client`](super::sentinel_client)).
+//! `role:master`. Its URL is read with the others' ([`NodeAddress`](super::NodeAddress)).
 
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::SentinelClient;

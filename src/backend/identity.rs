@@ -125,12 +125,12 @@ impl fmt::Display for Refusal {
             Refusal::Volatile { known: true } => f.write_str(
                 "keeps no append-only file (aof_enabled:0), so a restart loses its fencing \
                  counters and a later holder could be given an old token; run it with \
-                 `appendonly yes`, or opt out with LockConfig::fencing_on_volatile_nodes",
+                 `appendonly yes`, or opt out with Nodes::fencing_on_volatile_nodes",
             ),
             Refusal::Volatile { known: false } => f.write_str(
                 "would not say whether it keeps an append-only file (INFO denied), which \
                  fencing needs to survive restarts; allow `info` for the lock's user, or \
-                 opt out with LockConfig::fencing_on_volatile_nodes",
+                 opt out with Nodes::fencing_on_volatile_nodes",
             ),
             Refusal::SameServer { other, server } => write!(
                 f,

@@ -1,6 +1,7 @@
 //! A node's name, for logs and errors: its URL, or its client's address, without
 //! credentials. [`LockNode::name`](crate::node::LockNode::name) must never hold a
-//! password, and every error that names a node names it so.
+//! password, and every error that names a node names it so. And a URL as typed, its
+//! password masked, for the errors that echo it.
 
 /// A URL with any user name, password and query removed, fit for logs and errors.
 ///
@@ -43,6 +44,68 @@ pub fn client_name(info: &redis::ConnectionInfo) -> String {
         }
         ConnectionAddr::Unix(path) => format!("redis+unix://{}{db}", path.display()),
         other => format!("{other}"),
+    }
+}
+
+/// `text` (a URL as typed) with its password, in the user part or a `password` query
+/// parameter, replaced by `***`, and nothing else changed, so that a message can echo what
+/// was typed.
+///
+/// ```
+/// # use quorumlock::backend::mask_password;
+/// assert_eq!(
+///     mask_password("rediss://user:pw@host:6380/0?password=x&db=1"),
+///     "rediss://user:***@host:6380/0?password=***&db=1"
+/// );
+/// assert_eq!(mask_password("redis+cluster://:pw@a:1,b:2"), "redis+cluster://:***@a:1,b:2");
+/// ```
+pub fn mask_password(text: &str) -> String {
+    let Ok(mut url) = url::Url::parse(text) else {
+        return mask_unparsed(text);
+    };
+    let password_query = url
+        .query_pairs()
+        .any(|(key, _)| key.eq_ignore_ascii_case("password"));
+    if url.password().is_none() && !password_query {
+        // Nothing to mask: the text as typed, not as the URL parser would write it.
+        return text.to_owned();
+    }
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    let masked_query: Option<Vec<(String, String)>> = url.query().map(|_| {
+        url.query_pairs()
+            .map(|(key, value)| {
+                let value = if key.eq_ignore_ascii_case("password") {
+                    "***".to_owned()
+                } else {
+                    value.into_owned()
+                };
+                (key.into_owned(), value)
+            })
+            .collect()
+    });
+    if let Some(pairs) = masked_query {
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.to_string()
+}
+
+/// `text`, which does not parse as a URL, with whatever stands between the first `:` of
+/// its user part and the last `@` of its authority replaced by `***`.
+fn mask_unparsed(text: &str) -> String {
+    let (scheme, rest) = match text.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), text),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{scheme}{name}:***@{host}{path}"),
+            None => text.to_owned(),
+        },
+        None => text.to_owned(),
     }
 }
 

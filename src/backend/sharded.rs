@@ -37,7 +37,7 @@ pub(crate) struct ShardedListener {
 
 struct Shared {
     /// Seeds of the cluster, for the pub/sub connection (RESP3, pushes to this listener).
-    seeds: Vec<String>,
+    seeds: Vec<redis::ConnectionInfo>,
     connect_timeout: Duration,
     /// How long a new watch waits for its subscription: one request's time.
     confirm_timeout: Duration,
@@ -54,7 +54,7 @@ impl ShardedListener {
     /// A listener on the cluster of `seeds`, connecting within `connect_timeout`, whose
     /// new watches wait at most `confirm_timeout` for their subscription.
     pub(crate) fn new(
-        seeds: Vec<String>,
+        seeds: Vec<redis::ConnectionInfo>,
         connect_timeout: Duration,
         confirm_timeout: Duration,
     ) -> Self {

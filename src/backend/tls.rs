@@ -7,29 +7,26 @@
 //! [`redis::Client`]:
 //!
 //! ```no_run
-//! use quorumlock::{LockConfig, Redlock, TlsOptions};
+//! use quorumlock::{LockConfig, Nodes, Redlock, TlsOptions};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let tls = TlsOptions::new()
 //!     .ca_file("/etc/redis/tls/ca.crt")?
 //!     .client_identity_files("/etc/redis/tls/client.crt", "/etc/redis/tls/client.key")?;
 //! let urls = ["rediss://a:6380", "rediss://b:6380", "rediss://c:6380"];
-//! let lock = Redlock::connect_tls(urls, &tls, LockConfig::default()).await?;
+//! let lock = Redlock::connect(Nodes::new(urls)?.tls(tls), LockConfig::default()).await?;
 //! # Ok(())
 //! # }
 //! ```
 //!
 //! The TLS handshake is part of each connection attempt, so it is bounded by
-//! [`LockConfig::connect_timeout`](crate::LockConfig::connect_timeout), not by the per-node
-//! request timeout.
+//! [`Nodes::connect_timeout`](crate::Nodes::connect_timeout), not by the per-node request
+//! timeout.
 
 use std::fmt;
 use std::path::Path;
 
-use redis::{ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, TlsCertificates};
-
-use super::names::redact_url;
-use crate::error::LockError;
+use redis::{ClientTlsConfig, ConnectionAddr, TlsCertificates};
 
 /// How `rediss://` nodes are verified and how the client authenticates to them.
 ///
@@ -95,19 +92,6 @@ impl TlsOptions {
     /// verification on).
     pub fn is_default(&self) -> bool {
         *self == Self::default()
-    }
-
-    /// The client for the node at `url` with these options. A `redis://` (plain) URL is
-    /// refused when any option is set, since they would be silently ignored.
-    pub fn client(&self, url: &str) -> Result<redis::Client, LockError> {
-        let invalid = |reason: String| LockError::InvalidNode {
-            node: redact_url(url),
-            reason,
-        };
-        let info = url
-            .into_connection_info()
-            .map_err(|err| invalid(err.to_string()))?;
-        self.client_for(info).map_err(invalid)
     }
 
     /// The client for `info` with these options; see [`client`](Self::client).

@@ -88,20 +88,6 @@ impl LockConfigBuilder {
         self
     }
 
-    /// Sets whether fencing may run on nodes without an append-only file; see
-    /// [`LockConfig::fencing_on_volatile_nodes`].
-    pub fn fencing_on_volatile_nodes(mut self, allow: bool) -> Self {
-        self.config.fencing_on_volatile_nodes = allow;
-        self
-    }
-
-    /// Sets how long one attempt to connect to a node may take; see
-    /// [`LockConfig::connect_timeout`].
-    pub fn connect_timeout(mut self, connect_timeout: Duration) -> Self {
-        self.config.connect_timeout = connect_timeout;
-        self
-    }
-
     /// Gives every blocking acquire a deadline, `timeout` after it starts (non-zero, at most
     /// [`LockConfig::MAX_ACQUIRE_TIMEOUT`]); see [`LockConfig::acquire_timeout`]. With it,
     /// `retry_count` may be as large as you like: the deadline, not the count, ends the
@@ -109,26 +95,6 @@ impl LockConfigBuilder {
     /// [`LockConfig::to_builder`]).
     pub fn acquire_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.config.acquire_timeout = timeout.into();
-        self
-    }
-
-    /// Sets whether keys carry a hash tag on every node; see [`LockConfig::hash_tags`].
-    pub fn hash_tags(mut self, hash_tags: bool) -> Self {
-        self.config.deployment_mut().hash_tags = hash_tags;
-        self
-    }
-
-    /// Sets the replica acknowledgements each grant waits for; see
-    /// [`LockConfig::replica_acks`].
-    pub fn replica_acks(mut self, acks: impl Into<Option<super::ReplicaAcks>>) -> Self {
-        self.config.deployment_mut().replica_acks = acks.into();
-        self
-    }
-
-    /// Sets whether a Sentinel URL may be a member of a `Redlock`; see
-    /// [`LockConfig::sentinel_members`].
-    pub fn sentinel_members(mut self, allow: bool) -> Self {
-        self.config.deployment_mut().sentinel_members = allow;
         self
     }
 

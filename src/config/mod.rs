@@ -4,7 +4,6 @@
 
 mod builder;
 mod cohort;
-mod deployment;
 mod rules;
 mod units;
 mod wait;
@@ -16,8 +15,6 @@ use tokio::time::Instant;
 use crate::error::ConfigError;
 
 pub use self::builder::LockConfigBuilder;
-pub(crate) use self::deployment::Deployment;
-pub use self::deployment::ReplicaAcks;
 pub(crate) use self::units::{micros, millis};
 
 /// The settings a lock runs with: TTL, retries, clock-drift allowance and per-node timeout.
@@ -38,12 +35,10 @@ pub(crate) use self::units::{micros, millis};
 /// | [`retry_jitter`](Self::retry_jitter) | 100 ms | each wait is drawn uniformly from `retry_delay ± retry_jitter` |
 /// | [`drift_factor`](Self::drift_factor) | 0.01 | clock-drift allowance: `ttl * drift_factor + 2 ms` is subtracted from the validity |
 /// | [`node_timeout`](Self::node_timeout) | 50 ms | how long one node may take to answer one command |
-/// | [`connect_timeout`](Self::connect_timeout) | 1 s | how long one attempt to (re)connect to a node may take, the server check included |
 /// | [`key_prefix`](Self::key_prefix) | none | prepended to the resource name to form the Redis key |
 /// | [`notify_releases`](Self::notify_releases) | `true` | releases are announced over pub/sub, and blocking acquires wait for them |
 /// | [`fair`](Self::fair) | `true` | blocking acquires of a contended lock queue on the nodes and get it first come, first served |
 /// | [`fencing`](Self::fencing) | `false` | every acquisition mints a fencing token (two more rounds) |
-/// | [`fencing_on_volatile_nodes`](Self::fencing_on_volatile_nodes) | `false` | fencing is allowed on nodes that keep no append-only file |
 /// | [`cohort_passes`](Self::cohort_passes) | 32 | a release may pass the lock to a waiting task of this process this many times in a row, without a round trip (off with fencing) |
 /// | [`cohort_window`](Self::cohort_window) | 10 ms | ... and for this long after the lock was won on the nodes; then it goes back to the nodes |
 /// | [`acquire_timeout`](Self::acquire_timeout) | none | a deadline for every blocking `acquire`; required when the retries could outlast [`max_blocking_acquire`](Self::max_blocking_acquire) (1 hour, or 5 TTLs if longer) |
@@ -112,15 +107,11 @@ pub struct LockConfig {
     retry_jitter: Duration,
     drift_factor: f64,
     node_timeout: Duration,
-    connect_timeout: Duration,
     key_prefix: Option<String>,
     notify_releases: bool,
     fair: bool,
     fencing: bool,
-    fencing_on_volatile_nodes: bool,
     acquire_timeout: Option<Duration>,
-    /// The deployment settings: key layout, replica acknowledgements, Sentinel members.
-    deployment: Deployment,
     cohort_passes: u32,
     cohort_window: Duration,
 }
@@ -138,10 +129,6 @@ impl LockConfig {
     pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
     /// Default per-node timeout: 50 ms, the top of the range the Redlock spec gives for a 10 s TTL.
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-    /// Default connect timeout: 1 second. A connection is made once and kept, so it can
-    /// afford far more than one request's timeout: a TLS handshake across zones, or a
-    /// process started on a loaded host, takes tens to hundreds of milliseconds.
-    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
     /// The fixed part of the drift allowance: 1 ms of Redis expiry precision plus 1 ms minimum drift.
     pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
     /// The longest TTL accepted: 30 days. Longer values are almost always a unit mistake
@@ -216,16 +203,11 @@ impl LockConfig {
     }
 
     /// How long one node may take to answer one command before it counts as failed.
+    /// Connecting is bounded by the node set's
+    /// [`connect_timeout`](crate::Nodes::connect_timeout) instead; a node that is still
+    /// connecting counts as failed in the rounds meanwhile.
     pub fn node_timeout(&self) -> Duration {
         self.node_timeout
-    }
-
-    /// How long one attempt to connect (or reconnect) to a node may take, the check of the
-    /// server included (see [`Redlock::connect`](crate::Redlock::connect)). Requests are
-    /// bounded by [`node_timeout`](Self::node_timeout) instead; a node that is still
-    /// connecting counts as failed in the rounds meanwhile.
-    pub fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
     }
 
     /// Prepended to every resource name to form its Redis key; `None` means the key is the
@@ -239,8 +221,8 @@ impl LockConfig {
     /// that lost to another holder retries as soon as a quorum of nodes announced the
     /// release, with the jittered retry delay as the fallback. Off, it waits the delay only.
     ///
-    /// Applies to locks made by [`Redlock::connect`](crate::Redlock::connect) and
-    /// [`RedisLock::connect`](crate::RedisLock::connect), whose nodes publish on release.
+    /// Applies to locks made by [`Redlock::connect`](crate::Redlock::connect), whose nodes
+    /// publish on release.
     pub fn notify_releases(&self) -> bool {
         self.notify_releases
     }
@@ -258,18 +240,10 @@ impl LockConfig {
 
     /// Whether each acquisition mints a fencing token, strictly increasing per resource
     /// across holders; see [`crate::fencing`]. It costs two more rounds per acquisition.
+    /// On Redis nodes it needs an append-only file on each, unless the node set allows
+    /// [`fencing_on_volatile_nodes`](crate::Nodes::fencing_on_volatile_nodes).
     pub fn fencing(&self) -> bool {
         self.fencing
-    }
-
-    /// Whether fencing may run on nodes that keep no append-only file. Off (the default),
-    /// a lock with [`fencing`](Self::fencing) refuses such a node (`appendonly no`, or a
-    /// user denied `INFO`): a node restarted empty forgets its counters, and a later holder
-    /// could then be given a token an earlier holder already had (see [`crate::fencing`]).
-    /// On, such nodes are used anyway, and tokens are only as monotonic as the nodes are
-    /// durable.
-    pub fn fencing_on_volatile_nodes(&self) -> bool {
-        self.fencing_on_volatile_nodes
     }
 
     /// The deadline of every blocking acquire (`acquire`, `acquire_many`, `with`), counted
@@ -315,14 +289,11 @@ impl Default for LockConfig {
             retry_jitter: Self::DEFAULT_RETRY_JITTER,
             drift_factor: Self::DEFAULT_DRIFT_FACTOR,
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
-            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             key_prefix: None,
             notify_releases: true,
             fair: true,
             fencing: false,
-            fencing_on_volatile_nodes: false,
             acquire_timeout: None,
-            deployment: Deployment::default(),
             cohort_passes: Self::DEFAULT_COHORT_PASSES,
             cohort_window: Self::DEFAULT_COHORT_WINDOW,
         }

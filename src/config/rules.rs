@@ -29,10 +29,6 @@ impl LockConfig {
         if self.node_timeout.is_zero() {
             return Err(ConfigError::ZeroNodeTimeout);
         }
-        if self.connect_timeout.is_zero() {
-            return Err(ConfigError::ZeroConnectTimeout);
-        }
-        self.validate_deployment()?;
         let max_node_timeout = ttl / Self::MAX_NODE_TIMEOUT_SHARE;
         if self.node_timeout > max_node_timeout {
             return Err(ConfigError::NodeTimeoutTooLong {

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::config::LockConfig;
 use crate::error::{ConfigError, LockError};
 use crate::lock::Lock;
-use crate::quorum_lock::QuorumLock;
+use crate::redlock::Redlock;
 use crate::resource::{Keys, Resources};
 use crate::retry::retry_wait;
 use crate::watchdog::AutoExtend;
@@ -99,10 +99,7 @@ impl Leader {
 /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true)
 /// #     .build().unwrap().block_on(async {
 /// let cluster = SimCluster::new(3);
-/// let config = LockConfig::builder()
-///     .fencing(true)
-///     .fencing_on_volatile_nodes(true)
-///     .build()?;
+/// let config = LockConfig::builder().fencing(true).build()?;
 /// let election = Election::new(cluster.redlock(config)?, "billing")?;
 /// let first = election.campaign("10.0.0.7:8080").await?;
 /// let term = first.fencing_token();
@@ -113,14 +110,14 @@ impl Leader {
 /// # }).unwrap();
 /// ```
 #[derive(Clone)]
-pub struct Election<L> {
-    lock: L,
+pub struct Election {
+    lock: Redlock,
     name: String,
     keys: Keys,
     observe_every: Duration,
 }
 
-impl<L: QuorumLock> Election<L> {
+impl Election {
     /// The longest value a candidate may campaign with, in bytes: an address or an id, not
     /// a payload (every observer reads it from a quorum on each poll).
     pub const MAX_VALUE_LEN: usize = MAX_VALUE_LEN;
@@ -130,7 +127,7 @@ impl<L: QuorumLock> Election<L> {
     ///
     /// Fails with [`ConfigError::FencingRequired`] unless the lock was built with
     /// fencing, and with [`LockError::InvalidResource`] for a name that cannot be a lock.
-    pub fn new(lock: L, name: &str) -> Result<Self, LockError> {
+    pub fn new(lock: Redlock, name: &str) -> Result<Self, LockError> {
         let config = lock.config();
         if !config.fencing() {
             return Err(ConfigError::FencingRequired {
@@ -138,7 +135,8 @@ impl<L: QuorumLock> Election<L> {
             }
             .into());
         }
-        let keys = Resources::new(config, &[name])?.keys;
+        let layout = lock.inner().coordinator().layout();
+        let keys = Resources::new(config, layout, &[name])?.keys;
         Ok(Election {
             observe_every: config.retry_delay(),
             lock,
@@ -208,7 +206,7 @@ impl<L: QuorumLock> Election<L> {
     }
 
     fn inner(&self) -> &Lock {
-        crate::quorum_lock::sealed::Sealed::inner(&self.lock)
+        self.lock.inner()
     }
 
     async fn campaign_until(
@@ -296,7 +294,7 @@ fn check_value(value: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-impl<L> std::fmt::Debug for Election<L> {
+impl std::fmt::Debug for Election {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Election")
             .field("name", &self.name)

@@ -4,7 +4,6 @@ use futures::Stream;
 
 use super::{Election, Leader};
 use crate::error::LockError;
-use crate::quorum_lock::QuorumLock;
 
 /// What an observer last reported, so that it reports only changes and never steps back.
 #[derive(Debug, Default)]
@@ -40,7 +39,7 @@ impl Seen {
     }
 }
 
-impl<L: QuorumLock + Send + Sync + 'static> Election<L> {
+impl Election {
     /// The leadership changes: first who leads now (`None`: nobody), then each change,
     /// asked of a quorum every [`observe_every`](Self::observe_every) interval. Terms only
     /// move forward: a newer leader (a higher fencing token), a new value of the same

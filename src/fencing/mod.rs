@@ -25,7 +25,7 @@
 //!   mint a token that was already used. So a lock with fencing refuses a node whose
 //!   server reports no append-only file (`aof_enabled:0`), at connect and on every
 //!   reconnect, unless
-//!   [`fencing_on_volatile_nodes`](crate::LockConfigBuilder::fencing_on_volatile_nodes) is
+//!   [`fencing_on_volatile_nodes`](crate::Nodes::fencing_on_volatile_nodes) is
 //!   set.
 //! - Tokens strictly increase across holders only while the lock's own exclusion holds;
 //!   they do not repair a broken lock, they let the resource notice a stale holder.

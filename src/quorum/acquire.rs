@@ -41,7 +41,7 @@ impl Coordinator {
         );
         let started = Instant::now();
         let result = async {
-            let resources = Resources::new(&self.config, resources)?;
+            let resources = Resources::new(&self.config, self.layout, resources)?;
             span.record("resource", resources.name());
             self.attempt(&resources, &Asking::Plain, None).await
         }
@@ -266,7 +266,7 @@ impl Coordinator {
         deadline: Option<Instant>,
         span: &tracing::Span,
     ) -> Result<Arc<Lease>, LockError> {
-        let resources = Resources::new(&self.config, resources)?;
+        let resources = Resources::new(&self.config, self.layout, resources)?;
         span.record("resource", resources.name());
         if !self.config.cohorts() {
             return self

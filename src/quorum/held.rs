@@ -11,11 +11,13 @@ use super::stragglers::{finish_in_background, record_unlocks};
 use super::votes::{Answer, Command, Wait};
 use super::Coordinator;
 use crate::config::millis;
-use crate::error::{LeaseEnd, LockError};
+use crate::error::{LeaseEnd, LockError, Tally};
 use crate::fan_out::spawn_detached;
 use crate::lease::Lease;
 use crate::metrics::Counters;
 use crate::observe;
+use crate::resource::Resources;
+use crate::token::LockToken;
 
 impl Coordinator {
     /// Deletes the lease's keys on every node. Returns once a quorum deleted them (the
@@ -187,6 +189,22 @@ impl Coordinator {
                 unknown => Err(unknown),
             }
         }
+    }
+
+    /// Deletes the lock on `resource` on every node where its key holds `token`, by a
+    /// release's compare-and-delete, hearing every node out: what each answered, for an
+    /// operator who has a holder's token but not its guard.
+    pub(crate) async fn release_token(
+        &self,
+        resource: &str,
+        token: &LockToken,
+    ) -> Result<Tally, LockError> {
+        let resources = Resources::new(&self.config, self.layout, &[resource])?;
+        let tally = self
+            .round(Command::Unlock, &resources.keys, token, Wait::ForEveryNode)
+            .await;
+        tracing::debug!(resource, %tally, "released by token");
+        Ok(tally)
     }
 
     /// Releases `lease` in the background, recording what each node answered: for guards

@@ -1,7 +1,7 @@
 //! The quorum coordinator: the Redlock algorithm over a set of [`LockNode`]s.
 //!
-//! Both public lock kinds run on it: [`Redlock`](crate::Redlock) with N nodes and
-//! [`RedisLock`](crate::RedisLock) with one (a quorum of one). Each operation is a *round*:
+//! The lock runs on it: [`Redlock`](crate::Redlock) with N nodes, or one
+//! ([`RedisLock`](crate::RedisLock), a quorum of one). Each operation is a *round*:
 //! the same command sent to every node at once, each reply bounded by the per-node timeout,
 //! and the replies counted until the outcome is decided.
 //!
@@ -48,6 +48,7 @@ use crate::lease::Lease;
 use crate::metrics::{Counters, NodeMetrics};
 use crate::node::LockNode;
 use crate::observe::Observed;
+use crate::resource::KeyLayout;
 
 use self::cohorts::Cohorts;
 
@@ -75,6 +76,9 @@ pub(crate) struct Coordinator {
     /// The lines of this process's waiters that a release may pass its lock to.
     cohorts: Arc<Cohorts<Baton>>,
     config: LockConfig,
+    /// How the keys are laid out on the nodes: a fact of the node set, not of the
+    /// configuration.
+    layout: KeyLayout,
     quorum: usize,
     /// The tallies of won rounds that met no refusal or failure, by how many nodes had
     /// agreed when the quorum was decided: nearly every lease is won so, and shares one of
@@ -144,59 +148,27 @@ impl Coordinator {
             counters,
             observed,
             config,
+            layout: KeyLayout::Plain,
             quorum,
         })
     }
 
-    /// A coordinator over Redis nodes for `clients` (named without credentials), connected
-    /// and checked at once (see [`connect_checked`](crate::backend::connect_checked)), the
-    /// nodes counting into the coordinator's counters.
+    /// A coordinator over the Redis nodes of `nodes`, connected and checked at once (see
+    /// [`backend::connect`](crate::backend::connect)), the nodes counting into the
+    /// coordinator's counters, the keys in the layout the nodes need.
     pub(crate) async fn connected(
-        clients: Vec<(String, crate::backend::Target)>,
+        nodes: &crate::backend::Nodes,
         config: LockConfig,
     ) -> Result<Self, LockError> {
-        // A cluster member routes each script by its first key: every key of a lock must
-        // share that key's slot, on every member alike.
-        if clients.len() > 1 && !config.sentinel_members() {
-            if let Some((name, _)) = clients
-                .iter()
-                .find(|(_, target)| matches!(target, crate::backend::Target::Sentinel(_)))
-            {
-                return Err(LockError::InvalidNode {
-                    node: name.clone(),
-                    reason: "a Sentinel-managed master as a Redlock member: its failover \
-                             promotes a replica that may not have the member's locks yet, \
-                             so one member could vote twice for one resource; list \
-                             independent masters, or opt in with \
-                             LockConfig::sentinel_members (docs/safety.md)"
-                        .to_owned(),
-                });
-            }
-        }
-        let config = if clients
-            .iter()
-            .any(|(_, target)| matches!(target, crate::backend::Target::Cluster(_)))
-        {
-            config.for_cluster_members()
-        } else {
-            config
-        };
         let counters = Arc::default();
-        let nodes = crate::backend::connect_checked(clients, &config, &counters)
-            .await?
-            .into_iter()
-            .map(|node| Arc::new(node) as Arc<dyn LockNode>)
-            .collect();
-        Self::with_counters(nodes, config, counters)
+        let connected = crate::backend::connect(nodes, &config, &counters).await?;
+        let mut coordinator = Self::with_counters(connected.nodes, config, counters)?;
+        coordinator.layout = connected.layout;
+        Ok(coordinator)
     }
 
-    /// The same nodes with another configuration (keeping the key layout the nodes need).
+    /// The same nodes with another configuration.
     pub(crate) fn with_config(&self, config: LockConfig) -> Self {
-        let config = if self.config.one_slot() {
-            config.for_cluster_members()
-        } else {
-            config
-        };
         Coordinator {
             nodes: Arc::clone(&self.nodes),
             counters: Arc::clone(&self.counters),
@@ -204,6 +176,7 @@ impl Coordinator {
             hand_off: Arc::clone(&self.hand_off),
             cohorts: Arc::clone(&self.cohorts),
             config,
+            layout: self.layout,
             quorum: self.quorum,
             clean_tallies: Arc::clone(&self.clean_tallies),
         }
@@ -211,6 +184,11 @@ impl Coordinator {
 
     pub(crate) fn config(&self) -> &LockConfig {
         &self.config
+    }
+
+    /// How the keys of a lock are laid out on these nodes.
+    pub(crate) fn layout(&self) -> KeyLayout {
+        self.layout
     }
 
     pub(crate) fn quorum(&self) -> usize {

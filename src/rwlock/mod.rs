@@ -20,7 +20,7 @@ use crate::lease::LostSignal;
 use crate::lock::Lock;
 use crate::protocol::keys::{self, READER_PREFIX};
 use crate::quorum::claim::Claim;
-use crate::quorum_lock::QuorumLock;
+use crate::redlock::Redlock;
 use crate::resource::{Name, Resources};
 use crate::retry::retry_until;
 use crate::token::LockToken;
@@ -89,8 +89,8 @@ use crate::token::LockToken;
 /// excludes writers and later readers, but does not wait for the readers present. Do not
 /// lock the name of a read-write lock as a mutex.
 #[derive(Clone)]
-pub struct RwLock<L> {
-    lock: L,
+pub struct RwLock {
+    lock: Redlock,
     /// Shared with the name of every lease it makes, rather than copied into each.
     name: Arc<str>,
     writer: Arc<str>,
@@ -104,13 +104,14 @@ enum Side {
     Write,
 }
 
-impl<L: QuorumLock> RwLock<L> {
+impl RwLock {
     /// The read-write lock `name` on `lock`'s nodes and configuration (its TTL, retries,
     /// deadlines and fencing apply to each side). Fails with
     /// [`LockError::InvalidResource`] for a name that cannot be a lock.
-    pub fn new(lock: L, name: &str) -> Result<Self, LockError> {
+    pub fn new(lock: Redlock, name: &str) -> Result<Self, LockError> {
         let config = lock.config();
-        let writer = Arc::clone(&Resources::new(config, &[name])?.keys[0]);
+        let layout = lock.inner().coordinator().layout();
+        let writer = Arc::clone(&Resources::new(config, layout, &[name])?.keys[0]);
         // The longest key of the lock is a reader's entry: checked once, here.
         config.key_for(&format!("{name}{}", reader_suffix_of_the_longest()))?;
         Ok(RwLock {
@@ -249,7 +250,7 @@ impl<L: QuorumLock> RwLock<L> {
     }
 
     fn inner(&self) -> &Lock {
-        crate::quorum_lock::sealed::Sealed::inner(&self.lock)
+        self.lock.inner()
     }
 
     fn deadline_in(&self, timeout: Duration) -> Option<Instant> {
@@ -297,7 +298,7 @@ fn reader_suffix_of_the_longest() -> String {
     "x".repeat(READER_PREFIX.len() + 1 + 32)
 }
 
-impl<L> std::fmt::Debug for RwLock<L> {
+impl std::fmt::Debug for RwLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RwLock")
             .field("name", &self.name)

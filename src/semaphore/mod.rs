@@ -22,8 +22,8 @@ use tokio::time::Instant;
 use crate::config::LockConfig;
 use crate::error::{ConfigError, LockError};
 use crate::lease::LostSignal;
-use crate::lock::DistributedLock;
 use crate::protocol::keys::permit_resource;
+use crate::redlock::Redlock;
 
 pub use self::permit::Permit;
 
@@ -65,13 +65,13 @@ pub use self::permit::Permit;
 /// Work that may outlast the TTL runs under [`with`](Self::with), which keeps the permit
 /// alive and cancels the work if it is lost.
 #[derive(Clone)]
-pub struct Semaphore<L> {
-    lock: L,
+pub struct Semaphore {
+    lock: Redlock,
     name: String,
     permits: u32,
 }
 
-impl<L: DistributedLock> Semaphore<L> {
+impl Semaphore {
     /// The most permits a semaphore may have. Each attempt may try every slot, one round
     /// each, so a semaphore of thousands of permits would be a slow one: use a resource
     /// per item instead.
@@ -83,7 +83,7 @@ impl<L: DistributedLock> Semaphore<L> {
     /// Fails with [`ConfigError::InvalidPermits`] for zero permits or more than
     /// [`MAX_PERMITS`](Self::MAX_PERMITS), and with [`LockError::InvalidResource`] when the
     /// slots' names would not be valid resources.
-    pub fn new(lock: L, name: &str, permits: u32) -> Result<Self, LockError> {
+    pub fn new(lock: Redlock, name: &str, permits: u32) -> Result<Self, LockError> {
         if permits == 0 || permits > Self::MAX_PERMITS {
             return Err(ConfigError::InvalidPermits {
                 permits,
@@ -112,7 +112,7 @@ impl<L: DistributedLock> Semaphore<L> {
     }
 
     /// The lock the permits are taken with.
-    pub fn lock(&self) -> &L {
+    pub fn lock(&self) -> &Redlock {
         &self.lock
     }
 
@@ -138,7 +138,7 @@ impl<L: DistributedLock> Semaphore<L> {
     ///
     /// # Cancel safety
     ///
-    /// As [`DistributedLock::try_acquire`]: dropping the future leaves no permit taken.
+    /// As [`DistributedLock::try_acquire`](crate::DistributedLock::try_acquire): dropping the future leaves no permit taken.
     pub async fn try_acquire(&self) -> Result<Permit, LockError> {
         let start = rand::random_range(0..self.permits);
         let mut last = None;
@@ -158,7 +158,7 @@ impl<L: DistributedLock> Semaphore<L> {
 
     /// Passes over the slots up to `1 + retry_count` times, a jittered
     /// `retry_delay ± retry_jitter` apart, until a permit is free, as
-    /// [`DistributedLock::acquire`] does for one lock; gives up at the configured
+    /// [`DistributedLock::acquire`](crate::DistributedLock::acquire) does for one lock; gives up at the configured
     /// [`acquire_timeout`](LockConfig::acquire_timeout), if any.
     ///
     /// Waiters are not served in order: the fair queue of the mutex hands one lock to the
@@ -193,11 +193,11 @@ impl<L: DistributedLock> Semaphore<L> {
     /// Runs `work` with a permit: acquires one (as [`acquire`](Self::acquire)), keeps it
     /// alive while `work` runs, cancels `work` if the permit is lost
     /// ([`LockError::Lost`]), and gives the permit back on every exit path; see
-    /// [`DistributedLock::with`].
+    /// [`DistributedLock::with`](crate::DistributedLock::with).
     ///
     /// # Cancel safety
     ///
-    /// As [`DistributedLock::with`]: dropping the future cancels `work` and gives the
+    /// As [`DistributedLock::with`](crate::DistributedLock::with): dropping the future cancels `work` and gives the
     /// permit back in the background.
     pub async fn with<F, Fut, T>(&self, work: F) -> Result<T, LockError>
     where
@@ -218,7 +218,7 @@ impl<L: DistributedLock> Semaphore<L> {
     }
 }
 
-impl<L> std::fmt::Debug for Semaphore<L> {
+impl std::fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Semaphore")
             .field("name", &self.name)

@@ -27,7 +27,7 @@ async fn lock_for(cluster: &RedisCluster, config: LockConfig) -> Redlock {
         .iter()
         .map(|url| redis::Client::open(url.as_str()).unwrap())
         .collect::<Vec<_>>();
-    let lock = Redlock::from_clients(clients, config).await.unwrap();
+    let lock = Redlock::connect(clients, config).await.unwrap();
     for name in lock.node_names() {
         assert!(!name.contains("secret"), "{name}");
     }

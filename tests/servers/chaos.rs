@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use crate::common::{
     chaos_config, command_calls, eventually, held_on, held_on_every_node, no_lock_key_outlives_ttl,
-    node_command, proxied, proxied_with, redlock_via, warm_up, LOAD_MARGIN, LOCK_KEYS,
+    node_command, proxied, proxied_with, redlock_via, redlock_via_on, volatile, warm_up,
+    LOAD_MARGIN, LOCK_KEYS,
 };
 use quorumlock::{DistributedLock, LockError, NodeError, RedisLock, Redlock, Tally};
 use quorumlock_testkit::{
@@ -414,14 +415,9 @@ async fn a_paused_holder_finds_its_lock_lost_deletes_nothing_and_its_fenced_writ
     let ttl = Duration::from_secs(1);
     let cluster = proxied(5).await;
     // The nodes keep no append-only file, and none restarts here.
-    let fenced = patient(ttl)
-        .to_builder()
-        .fencing(true)
-        .fencing_on_volatile_nodes(true)
-        .build()
-        .unwrap();
-    let first = redlock_via(&cluster, fenced.clone()).await;
-    let second = redlock_via(&cluster, fenced).await;
+    let fenced = patient(ttl).to_builder().fencing(true).build().unwrap();
+    let first = redlock_via_on(&cluster, volatile(cluster.urls()), fenced.clone()).await;
+    let second = redlock_via_on(&cluster, volatile(cluster.urls()), fenced).await;
     // The protected resource: a record in another Redis, written only through fenced_set.
     let store = RedisCluster::start(1).await.unwrap();
     let mut data = store
@@ -845,8 +841,6 @@ async fn many_clients_competing_all_finish_without_livelock() {
     let config = patient(ttl)
         .to_builder()
         .fencing(true)
-        // The nodes keep no append-only file, and none restarts here.
-        .fencing_on_volatile_nodes(true)
         .retry_count(400)
         .retry_delay(25 * MS)
         .retry_jitter(20 * MS)
@@ -855,7 +849,8 @@ async fn many_clients_competing_all_finish_without_livelock() {
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         clients.push(
-            Redlock::connect(cluster.urls(), config.clone())
+            // The nodes keep no append-only file, and none restarts here.
+            Redlock::connect(volatile(cluster.urls()), config.clone())
                 .await
                 .unwrap(),
         );

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use quorumlock::{DistributedLock, LockConfig, Redlock};
+use quorumlock::{DistributedLock, LockConfig, Nodes, Redlock};
 use quorumlock_testkit::{RedisCluster, RedisProcess};
 use redis::aio::MultiplexedConnection;
 
@@ -76,7 +76,20 @@ pub async fn raw_connection(node: &RedisProcess) -> MultiplexedConnection {
 /// Connections are lazy: a node still connecting when a quorum has answered is not waited
 /// for, so tests that inspect every node warm the connections first.
 pub async fn redlock(cluster: &RedisCluster, config: LockConfig) -> Redlock {
-    let lock = Redlock::connect(cluster.urls(), config)
+    let nodes = Nodes::new(cluster.urls()).expect("the test nodes' URLs");
+    redlock_on(cluster, nodes, config).await
+}
+
+/// The test nodes at `urls` for a lock with fencing: they keep no append-only file.
+pub fn volatile(urls: Vec<String>) -> Nodes {
+    Nodes::new(urls)
+        .expect("the test nodes' URLs")
+        .fencing_on_volatile_nodes(true)
+}
+
+/// [`redlock`] on `nodes`, the nodes of `cluster` with the settings of their deployment.
+pub async fn redlock_on(cluster: &RedisCluster, nodes: Nodes, config: LockConfig) -> Redlock {
+    let lock = Redlock::connect(nodes, config)
         .await
         .expect("connect to the test nodes");
     let started = Instant::now();
@@ -205,7 +218,18 @@ pub async fn redlock_via(
     cluster: &quorumlock_testkit::ProxiedCluster,
     config: LockConfig,
 ) -> Redlock {
-    let lock = Redlock::connect(cluster.urls(), config)
+    let nodes = Nodes::new(cluster.urls()).expect("the proxies' URLs");
+    redlock_via_on(cluster, nodes, config).await
+}
+
+/// [`redlock_via`] on `nodes`, the proxies of `cluster` with the settings of their
+/// deployment.
+pub async fn redlock_via_on(
+    cluster: &quorumlock_testkit::ProxiedCluster,
+    nodes: Nodes,
+    config: LockConfig,
+) -> Redlock {
+    let lock = Redlock::connect(nodes, config)
         .await
         .expect("connect through the proxies");
     warm_up(&lock, cluster.cluster()).await;

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use crate::common::{cluster, config, eventually, redlock, TTL};
+use crate::common::{cluster, config, eventually, redlock_on, volatile, TTL};
 use futures::StreamExt;
-use quorumlock::{Election, LockConfig, LockError, Redlock};
+use quorumlock::{Election, LockConfig, LockError};
 use quorumlock_testkit::RedisCluster;
 
 /// The test config with fencing (the nodes keep no append-only file: the tests do not
@@ -18,7 +18,6 @@ fn fenced(ttl: Duration) -> LockConfig {
     config(ttl)
         .to_builder()
         .fencing(true)
-        .fencing_on_volatile_nodes(true)
         .retry_count(5)
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(10))
@@ -26,8 +25,8 @@ fn fenced(ttl: Duration) -> LockConfig {
         .unwrap()
 }
 
-async fn election(cluster: &RedisCluster, ttl: Duration) -> Election<Redlock> {
-    let lock = redlock(cluster, fenced(ttl)).await;
+async fn election(cluster: &RedisCluster, ttl: Duration) -> Election {
+    let lock = redlock_on(cluster, volatile(cluster.urls()), fenced(ttl)).await;
     Election::new(lock, "billing")
         .unwrap()
         .observe_every(Duration::from_millis(20))

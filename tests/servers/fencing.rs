@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use crate::common::{cluster, config, raw_connection, redlock, TTL};
+use crate::common::{cluster, config, raw_connection, redlock, redlock_on, volatile, TTL};
 use quorumlock::fencing::{fenced_claim, fenced_set};
-use quorumlock::{LockConfig, LockError};
+use quorumlock::{LockConfig, LockError, Nodes};
 use quorumlock_testkit::{NodeOptions, Persistence, RedisCluster};
 use redis::AsyncCommands;
 
@@ -18,16 +18,20 @@ fn fenced(ttl: Duration) -> LockConfig {
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(10))
         .fencing(true)
-        // Most test nodes keep no append-only file (those that restart do).
-        .fencing_on_volatile_nodes(true)
         .build()
         .unwrap()
+}
+
+/// [`redlock`] with fencing on `cluster`'s nodes: most test nodes keep no append-only
+/// file (those that restart do).
+async fn fenced_lock(cluster: &RedisCluster, config: LockConfig) -> quorumlock::Redlock {
+    redlock_on(cluster, volatile(cluster.urls()), config).await
 }
 
 #[tokio::test]
 async fn tokens_strictly_increase_and_counters_never_expire() {
     let cluster = cluster(5).await;
-    let lock = redlock(&cluster, fenced(TTL)).await;
+    let lock = fenced_lock(&cluster, fenced(TTL)).await;
     let mut last = 0;
     for _ in 0..20 {
         let guard = lock.acquire("fenced").await.unwrap();
@@ -67,7 +71,7 @@ async fn tokens_increase_across_400_holders_while_minority_nodes_restart() {
         .node_timeout(Duration::from_millis(100))
         .build()
         .unwrap();
-    let lock = redlock(&cluster, patient).await;
+    let lock = fenced_lock(&cluster, patient).await;
     let mut last = 0;
     // Four rounds of restarts, two nodes each (0 and 2, 1 and 3, 2 and 4, 3 and 0): every
     // node restarts at least once while the tokens go on increasing.
@@ -117,7 +121,7 @@ async fn release_or_let_expire(guard: quorumlock::LockGuard, holder: usize) {
 #[tokio::test]
 async fn a_paused_holders_late_write_is_rejected() {
     let cluster = cluster(5).await;
-    let lock = redlock(&cluster, fenced(Duration::from_millis(300))).await;
+    let lock = fenced_lock(&cluster, fenced(Duration::from_millis(300))).await;
     // The protected resource lives on its own server (here: node 0's server, another key).
     let mut connection = raw_connection(cluster.node(0)).await;
 
@@ -163,7 +167,7 @@ async fn a_paused_holders_late_write_is_rejected() {
 #[tokio::test]
 async fn minting_without_a_quorum_fails_and_unlocks() {
     let mut cluster = cluster(5).await;
-    let lock = redlock(&cluster, fenced(TTL)).await;
+    let lock = fenced_lock(&cluster, fenced(TTL)).await;
     // The lock keys can be taken on 3 nodes, but make the counter unreadable on 3 of them
     // by storing a non-number there.
     for i in 0..3 {
@@ -274,7 +278,7 @@ async fn claiming_before_reading_refuses_the_stale_holders_write() {
 async fn a_lock_holders_claim_refuses_a_paused_holders_read_modify_write() {
     // The same race with real acquisitions and minted tokens.
     let cluster = cluster(5).await;
-    let lock = redlock(&cluster, fenced(Duration::from_millis(300))).await;
+    let lock = fenced_lock(&cluster, fenced(Duration::from_millis(300))).await;
     let mut connection = raw_connection(cluster.node(0)).await;
     let key = "stock:locked";
     let _: () = connection.set(key, 10).await.unwrap();
@@ -310,8 +314,8 @@ async fn a_lock_holders_claim_refuses_a_paused_holders_read_modify_write() {
 /// Restarts one node at a time (never a majority down), acquiring between restarts, in the
 /// order that makes a node without an append-only file hand out an old token: the last
 /// token lives on node 0 alone, and the next holder reads from nodes 1 and 2.
-async fn tokens_across_restarts(cluster: &mut RedisCluster, config: LockConfig) -> Vec<u64> {
-    let lock = redlock(cluster, config).await;
+async fn tokens_across_restarts(cluster: &mut RedisCluster, nodes: Nodes) -> Vec<u64> {
+    let lock = redlock_on(cluster, nodes, fenced(TTL)).await;
     let mut tokens = Vec::new();
     let mut hold = |guard: quorumlock::LockGuard| {
         tokens.push(guard.fencing_token().unwrap());
@@ -354,7 +358,8 @@ async fn nodes_that_would_forget_their_counters_are_refused_for_fencing() {
 #[tokio::test]
 async fn with_the_opt_out_a_restarted_empty_node_can_hand_out_an_old_token() {
     let mut cluster = cluster(3).await;
-    let tokens = tokens_across_restarts(&mut cluster, fenced(TTL)).await;
+    let nodes = volatile(cluster.urls());
+    let tokens = tokens_across_restarts(&mut cluster, nodes).await;
     assert_eq!(tokens, [1, 2, 1]);
 }
 
@@ -362,11 +367,7 @@ async fn with_the_opt_out_a_restarted_empty_node_can_hand_out_an_old_token() {
 async fn on_nodes_with_an_append_only_file_tokens_survive_the_same_restarts() {
     let options = NodeOptions::default().with_persistence(Persistence::AppendFsyncAlways);
     let mut cluster = RedisCluster::start_with(3, options).await.unwrap();
-    let strict = fenced(TTL)
-        .to_builder()
-        .fencing_on_volatile_nodes(false)
-        .build()
-        .unwrap();
+    let strict = Nodes::new(cluster.urls()).unwrap();
     let tokens = tokens_across_restarts(&mut cluster, strict).await;
     assert!(
         tokens.windows(2).all(|pair| pair[0] < pair[1]),

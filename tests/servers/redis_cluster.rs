@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::common::{command_calls, eventually, TTL};
 use quorumlock::protocol::keys::counter_key;
-use quorumlock::{LockConfig, LockError, RedisLock, Redlock};
+use quorumlock::{LockConfig, LockError, Nodes, RedisLock, Redlock};
 use quorumlock_testkit::{RedisCluster, ShardedCluster};
 
 async fn sharded(masters: usize, replicas: usize) -> ShardedCluster {
@@ -148,13 +148,10 @@ async fn one_cluster_as_a_redis_lock() {
 
     // Fencing: tokens grow across holders, the counter lives in the lock's slot.
     let fenced = RedisLock::connect(
-        &cluster.url(),
-        cluster_config()
-            .to_builder()
-            .fencing(true)
-            .fencing_on_volatile_nodes(true)
-            .build()
-            .unwrap(),
+        Nodes::new(cluster.url())
+            .unwrap()
+            .fencing_on_volatile_nodes(true),
+        cluster_config().to_builder().fencing(true).build().unwrap(),
     )
     .await
     .unwrap();
@@ -345,13 +342,9 @@ async fn a_mix_of_a_cluster_and_standalone_masters() {
     let standalone = RedisCluster::start(2).await.unwrap();
     let mut urls = standalone.urls();
     urls.push(cluster.url());
-    let config = cluster_config()
-        .to_builder()
-        .fencing(true)
-        .fencing_on_volatile_nodes(true)
-        .build()
-        .unwrap();
-    let lock = Redlock::connect(&urls, config).await.unwrap();
+    let config = cluster_config().to_builder().fencing(true).build().unwrap();
+    let nodes = Nodes::new(&urls).unwrap().fencing_on_volatile_nodes(true);
+    let lock = Redlock::connect(nodes, config).await.unwrap();
 
     // The whole lock uses the hash-tagged layout, standalone masters included.
     let mut guard = lock.try_acquire("mix:1").await.unwrap();
@@ -404,11 +397,13 @@ async fn with_replica_acks_a_grant_survives_the_failover_of_its_master() {
     let config = cluster_config()
         .to_builder()
         .node_timeout(Duration::from_secs(1))
-        .replica_acks(quorumlock::ReplicaAcks::new(1, Duration::from_millis(800)))
         .retry_count(5)
         .build()
         .unwrap();
-    let lock = RedisLock::connect(&cluster.url(), config).await.unwrap();
+    let acknowledged = Nodes::new(cluster.url())
+        .unwrap()
+        .replica_acks(quorumlock::ReplicaAcks::new(1, Duration::from_millis(800)));
+    let lock = RedisLock::connect(acknowledged, config).await.unwrap();
     let rival = RedisLock::connect(&cluster.url(), cluster_config())
         .await
         .unwrap();

@@ -6,7 +6,7 @@
 use crate::common::{cluster, config, redlock, TTL};
 use quorumlock::{LockError, Redlock, RwLock};
 
-fn rwlock(lock: &Redlock) -> RwLock<Redlock> {
+fn rwlock(lock: &Redlock) -> RwLock {
     RwLock::new(lock.clone(), "catalog").expect("a valid read-write lock")
 }
 

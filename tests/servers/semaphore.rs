@@ -6,7 +6,7 @@
 use crate::common::{cluster, config, redlock, TTL};
 use quorumlock::{LockError, Redlock, Semaphore};
 
-async fn semaphore(lock: &Redlock, permits: u32) -> Semaphore<Redlock> {
+async fn semaphore(lock: &Redlock, permits: u32) -> Semaphore {
     Semaphore::new(lock.clone(), "uploads", permits).expect("a valid semaphore")
 }
 

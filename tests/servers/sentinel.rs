@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::common::{eventually, TTL};
-use quorumlock::{LockConfig, LockError, RedisLock, Redlock, ReplicaAcks};
+use quorumlock::{LockConfig, LockError, Nodes, RedisLock, Redlock, ReplicaAcks};
 use quorumlock_testkit::{RedisCluster, SentinelDeployment};
 
 fn sentinel_config() -> LockConfig {
@@ -15,9 +15,15 @@ fn sentinel_config() -> LockConfig {
         // Room for a replica starved of CPU on a loaded machine.
         .node_timeout(Duration::from_secs(1))
         .retry_count(0)
-        .replica_acks(ReplicaAcks::new(1, Duration::from_millis(800)))
         .build()
         .unwrap()
+}
+
+/// The Sentinel member at `url`, each grant waiting for its replica.
+fn acknowledged(url: &str) -> Nodes {
+    Nodes::new(url)
+        .unwrap()
+        .replica_acks(ReplicaAcks::new(1, Duration::from_millis(800)))
 }
 
 #[tokio::test]
@@ -25,7 +31,7 @@ async fn a_redis_lock_over_sentinel_follows_a_failover_under_a_held_lock() {
     let mut deployment = SentinelDeployment::start(1)
         .await
         .expect("start a master, a replica and a sentinel (redis-server 7)");
-    let lock = RedisLock::connect(&deployment.url(), sentinel_config())
+    let lock = RedisLock::connect(acknowledged(&deployment.url()), sentinel_config())
         .await
         .unwrap();
     assert_eq!(deployment.master().await.unwrap(), 0);
@@ -71,12 +77,8 @@ async fn a_redis_lock_over_sentinel_follows_a_failover_under_a_held_lock() {
     let err = lock.try_acquire("report:daily").await.unwrap_err();
     assert!(matches!(err, LockError::NoQuorum { .. }), "{err:?}");
     let relaxed = RedisLock::connect(
-        &deployment.url(),
-        sentinel_config()
-            .to_builder()
-            .replica_acks(None)
-            .build()
-            .unwrap(),
+        acknowledged(&deployment.url()).replica_acks(None),
+        sentinel_config(),
     )
     .await
     .unwrap();
@@ -95,18 +97,14 @@ async fn a_sentinel_url_is_refused_as_a_redlock_member_unless_opted_in() {
     let others = RedisCluster::start(2).await.unwrap();
     let mut urls = others.urls();
     urls.push(deployment.url());
-    let plain = sentinel_config()
-        .to_builder()
-        .replica_acks(None)
-        .build()
-        .unwrap();
+    let plain = sentinel_config();
     let err = Redlock::connect(&urls, plain.clone()).await.unwrap_err();
     assert!(
         matches!(&err, LockError::InvalidNode { reason, .. } if reason.contains("sentinel_members")),
         "{err:?}"
     );
-    let opted_in = plain.to_builder().sentinel_members(true).build().unwrap();
-    let lock = Redlock::connect(&urls, opted_in).await.unwrap();
+    let opted_in = Nodes::new(&urls).unwrap().sentinel_members(true);
+    let lock = Redlock::connect(opted_in, plain).await.unwrap();
     lock.try_acquire("job")
         .await
         .unwrap()

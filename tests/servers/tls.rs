@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use quorumlock::{redis, DistributedLock, LockConfig, LockError, RedisLock, Redlock, TlsOptions};
+use quorumlock::{
+    redis, DistributedLock, IntoNodes, LockConfig, LockError, Nodes, RedisLock, Redlock, TlsOptions,
+};
 use quorumlock_testkit::{NodeOptions, NodeTls, RedisCluster, TestCertificates};
 
 /// Room for TLS handshakes on a loaded machine.
@@ -13,10 +15,17 @@ fn tls_config() -> LockConfig {
     LockConfig::builder()
         .ttl(Duration::from_secs(10))
         .node_timeout(Duration::from_millis(250))
-        .connect_timeout(Duration::from_secs(5))
         .retry_count(0)
         .build()
         .unwrap()
+}
+
+/// `nodes` with the TLS options `tls`, and room for TLS handshakes on a loaded machine.
+fn tls_nodes(nodes: impl IntoNodes, tls: TlsOptions) -> Nodes {
+    Nodes::new(nodes)
+        .unwrap()
+        .tls(tls)
+        .connect_timeout(Duration::from_secs(5))
 }
 
 async fn tls_cluster(nodes: usize, certs: &TestCertificates, auth_clients: bool) -> RedisCluster {
@@ -54,7 +63,9 @@ async fn rediss_works_out_of_the_box() {
     let certs = TestCertificates::generate().unwrap();
     let cluster = tls_cluster(1, &certs, false).await;
     let url = format!("{}/#insecure", cluster.node(0).tls_url().unwrap());
-    let lock = RedisLock::connect(&url, tls_config()).await.unwrap();
+    let lock = RedisLock::connect(tls_nodes(&url, TlsOptions::new()), tls_config())
+        .await
+        .unwrap();
     assert!(!lock.node_name().contains('#'), "{}", lock.node_name());
     // Without a provider the connection task panicked and the lock never got an answer.
     tokio::time::timeout(Duration::from_secs(20), lock_cycle(&lock, "out-of-the-box"))
@@ -66,9 +77,8 @@ async fn rediss_works_out_of_the_box() {
 async fn a_private_ca_is_trusted_when_given() {
     let certs = TestCertificates::generate().unwrap();
     let cluster = tls_cluster(3, &certs, false).await;
-    let lock = Redlock::connect_tls(cluster.tls_urls(), &trusting(&certs), tls_config())
-        .await
-        .unwrap();
+    let nodes = tls_nodes(cluster.tls_urls(), trusting(&certs));
+    let lock = Redlock::connect(nodes, tls_config()).await.unwrap();
     lock_cycle(&lock, "private-ca").await;
     // Only the TLS ports were used: the lock's names are the rediss:// URLs.
     let names: Vec<&str> = lock.node_names().collect();
@@ -82,7 +92,7 @@ async fn a_wrong_ca_is_refused_with_an_error_naming_the_node() {
     let cluster = tls_cluster(1, &certs, false).await;
     let url = cluster.node(0).tls_url().unwrap();
     for tls in [trusting(&other), TlsOptions::new()] {
-        let lock = RedisLock::connect_tls(&url, &tls, tls_config())
+        let lock = RedisLock::connect(tls_nodes(&url, tls), tls_config())
             .await
             .unwrap();
         let error = lock.try_acquire("wrong-ca").await.unwrap_err();
@@ -103,7 +113,7 @@ async fn mutual_tls_needs_the_client_certificate() {
     let cluster = tls_cluster(1, &certs, true).await;
     let url = cluster.node(0).tls_url().unwrap();
 
-    let without = RedisLock::connect_tls(&url, &trusting(&certs), tls_config())
+    let without = RedisLock::connect(tls_nodes(&url, trusting(&certs)), tls_config())
         .await
         .unwrap();
     let error = without.try_acquire("mtls").await.unwrap_err();
@@ -112,7 +122,7 @@ async fn mutual_tls_needs_the_client_certificate() {
     let with = trusting(&certs)
         .client_identity_files(certs.client_cert(), certs.client_key())
         .unwrap();
-    let lock = RedisLock::connect_tls(&url, &with, tls_config())
+    let lock = RedisLock::connect(tls_nodes(&url, with), tls_config())
         .await
         .unwrap();
     lock_cycle(&lock, "mtls").await;
@@ -140,7 +150,8 @@ async fn a_client_built_by_the_caller_serves_a_lock() {
             .unwrap()
         })
         .collect::<Vec<_>>();
-    let lock = Redlock::from_clients(clients, tls_config()).await.unwrap();
+    let nodes = tls_nodes(clients, TlsOptions::new());
+    let lock = Redlock::connect(nodes, tls_config()).await.unwrap();
     let names: Vec<&str> = lock.node_names().collect();
     assert_eq!(names, cluster.tls_urls());
     lock_cycle(&lock, "own-client").await;
@@ -150,9 +161,8 @@ async fn a_client_built_by_the_caller_serves_a_lock() {
 async fn a_quorum_of_five_tls_nodes_survives_a_frozen_one() {
     let certs = TestCertificates::generate().unwrap();
     let mut cluster = tls_cluster(5, &certs, false).await;
-    let lock = Redlock::connect_tls(cluster.tls_urls(), &trusting(&certs), tls_config())
-        .await
-        .unwrap();
+    let nodes = tls_nodes(cluster.tls_urls(), trusting(&certs));
+    let lock = Redlock::connect(nodes, tls_config()).await.unwrap();
     lock_cycle(&lock, "warm").await;
     cluster.node_mut(4).freeze().await.unwrap();
     for i in 0..50 {
@@ -172,16 +182,10 @@ async fn a_stuck_tls_handshake_is_bounded_by_the_connect_timeout() {
     let certs = TestCertificates::generate().unwrap();
     let mut cluster = tls_cluster(1, &certs, false).await;
     cluster.node_mut(0).freeze().await.unwrap();
-    let config = tls_config()
-        .to_builder()
-        .connect_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
     let started = tokio::time::Instant::now();
     let url = cluster.node(0).tls_url().unwrap();
-    let lock = RedisLock::connect_tls(&url, &trusting(&certs), config)
-        .await
-        .unwrap();
+    let nodes = tls_nodes(&url, trusting(&certs)).connect_timeout(Duration::from_millis(300));
+    let lock = RedisLock::connect(nodes, tls_config()).await.unwrap();
     let waited = started.elapsed();
     assert!(waited < Duration::from_secs(2), "connect took {waited:?}");
     let error = lock.try_acquire("stuck").await.unwrap_err();

@@ -355,7 +355,6 @@ async fn fencing_turns_cohorts_off() {
     let fenced = cohort(32, Duration::from_secs(1))
         .to_builder()
         .fencing(true)
-        .fencing_on_volatile_nodes(true)
         .build()
         .unwrap();
     let lock = client(&cluster, "cohort", fenced);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use quorumlock::sim::SimCluster;
-use quorumlock::{ConfigError, Election, LeaseEnd, LockConfig, LockError, Redlock};
+use quorumlock::{ConfigError, Election, LeaseEnd, LockConfig, LockError};
 use tokio::time::Instant;
 
 use crate::support::{client, cluster, config, TTL};
@@ -34,7 +34,6 @@ fn fenced(ttl: Duration) -> LockConfig {
     config(ttl)
         .to_builder()
         .fencing(true)
-        .fencing_on_volatile_nodes(true)
         .retry_count(5)
         .retry_delay(RETRY_DELAY)
         .retry_jitter(Duration::ZERO)
@@ -43,7 +42,7 @@ fn fenced(ttl: Duration) -> LockConfig {
 }
 
 /// A candidate of its own (its own lock client, as in a process of its own).
-fn election(cluster: &SimCluster, name: &str, ttl: Duration) -> Election<Redlock> {
+fn election(cluster: &SimCluster, name: &str, ttl: Duration) -> Election {
     let lock = client(cluster, name, fenced(ttl));
     Election::new(lock, "billing")
         .unwrap()
@@ -262,7 +261,7 @@ async fn bad_settings_and_values_are_refused() {
         "{error}"
     );
     let candidate = election(&cluster, "candidate", TTL);
-    let long = "x".repeat(Election::<Redlock>::MAX_VALUE_LEN + 1);
+    let long = "x".repeat(Election::MAX_VALUE_LEN + 1);
     let error = candidate.campaign(&long).await.unwrap_err();
     assert!(
         matches!(

@@ -48,7 +48,7 @@ async fn creates_named_locks_with_the_default_or_an_overridden_ttl() {
 #[tokio::test(start_paused = true)]
 async fn rejects_bad_names_and_bad_ttls_when_creating() {
     let node = SimNode::new("single");
-    let lock = RedisLock::from_node(node.to_lock_node(), LockConfig::default()).unwrap();
+    let lock = RedisLock::from_nodes([node.to_lock_node()], LockConfig::default()).unwrap();
     let factory = LockFactory::new(lock);
     assert!(matches!(
         factory.create(""),

@@ -24,7 +24,7 @@ const WAIT: Duration = Duration::from_millis(100);
 /// The instant of the waiter's first attempt after [`WAIT`], counted from its start.
 const NEXT_ATTEMPT: Duration = Duration::from_millis(120);
 
-fn rwlock(lock: &Redlock) -> RwLock<Redlock> {
+fn rwlock(lock: &Redlock) -> RwLock {
     RwLock::new(lock.clone(), "catalog").expect("a valid read-write lock")
 }
 
@@ -356,12 +356,7 @@ async fn fenced_readers_are_numbered_on_the_lock_counter_and_leave_no_counter_be
     // A reader's keys are an entry of its own, new on every read: minting its token on
     // them would leave a never-expiring counter per read on nodes that evict nothing.
     let cluster = cluster(3);
-    let fenced = config(TTL)
-        .to_builder()
-        .fencing(true)
-        .fencing_on_volatile_nodes(true)
-        .build()
-        .unwrap();
+    let fenced = config(TTL).to_builder().fencing(true).build().unwrap();
     let lock = client(&cluster, "catalog", fenced);
     let catalog = rwlock(&lock);
     let writer = catalog.try_write().await.expect("the writer");

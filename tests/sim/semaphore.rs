@@ -23,7 +23,7 @@ const WAIT: Duration = Duration::from_millis(100);
 /// The instant of the waiter's first attempt after [`WAIT`], counted from its start.
 const NEXT_ATTEMPT: Duration = Duration::from_millis(120);
 
-fn semaphore(lock: &Redlock, permits: u32) -> Semaphore<Redlock> {
+fn semaphore(lock: &Redlock, permits: u32) -> Semaphore {
     Semaphore::new(lock.clone(), "uploads", permits).expect("a valid semaphore")
 }
 
@@ -234,7 +234,7 @@ async fn concurrent_clients_never_hold_more_than_k_permits() {
 async fn zero_or_too_many_permits_are_refused() {
     let cluster = cluster(1);
     let lock = client(&cluster, "uploads", config(TTL));
-    for permits in [0, Semaphore::<Redlock>::MAX_PERMITS + 1] {
+    for permits in [0, Semaphore::MAX_PERMITS + 1] {
         let error = Semaphore::new(lock.clone(), "uploads", permits).unwrap_err();
         assert!(
             matches!(

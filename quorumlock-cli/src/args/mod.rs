@@ -251,7 +251,7 @@ pub struct StatusArgs {
 /// The permits a `--permits` value may ask for (of `run` and `status`), checked when the
 /// command line is read.
 pub fn parse_permits(text: &str) -> Result<u32, String> {
-    let max = quorumlock::Semaphore::<quorumlock::Redlock>::MAX_PERMITS;
+    let max = quorumlock::Semaphore::MAX_PERMITS;
     match text.parse::<u32>() {
         Ok(permits) if (1..=max).contains(&permits) => Ok(permits),
         _ => Err(format!("expected a number of permits from 1 to {max}")),

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use indicatif::{ProgressBar, ProgressStyle};
-use quorumlock::backend::redact_url;
-use quorumlock::{LockConfig, LockError, LockMetrics};
+use quorumlock::backend::NodeClient;
+use quorumlock::{LockConfig, LockError, LockMetrics, Nodes, Redlock};
 use quorumlock_testkit::measure::{self, histogram, record, Histogram};
 use redis::aio::ConnectionManager;
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
@@ -31,7 +31,6 @@ use tokio::time::Instant;
 
 use crate::args::{BenchArgs, GlobalArgs};
 use crate::exit::{CliError, Kind};
-use crate::lock::AnyLock;
 use crate::nodes::{check_urls, node_urls};
 use crate::output::{Event, Output};
 
@@ -127,7 +126,8 @@ pub struct Cleanup {
 /// Runs the benchmark; returns the exit code.
 pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result<u8, CliError> {
     let urls = node_urls(global)?;
-    let clients = check_urls(global, &urls)?;
+    let node_set = check_urls(global, &urls)?;
+    let clients = servers(&node_set)?;
     if let Some(path) = &args.plot {
         plot::check(path)?;
     }
@@ -147,7 +147,9 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
     );
     let config = lock_config(global, args, &names.prefix)?;
     let node_timeout = config.node_timeout();
-    let connect_timeout = config.connect_timeout();
+    let connect_timeout = global
+        .connect_timeout
+        .unwrap_or(Nodes::DEFAULT_CONNECT_TIMEOUT);
 
     let thread = ProbeThread::start().map_err(|error| {
         CliError::new(
@@ -155,7 +157,7 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
             format!("could not start the probe thread: {error}"),
         )
     })?;
-    let nodes = connect_all(&thread, &urls, clients, connect_timeout, node_timeout).await?;
+    let nodes = connect_all(&thread, clients, connect_timeout, node_timeout).await?;
 
     let all_keys = Arc::new(names.all_keys());
     let connections: Arc<Vec<(String, ConnectionManager)>> = Arc::new(
@@ -202,7 +204,9 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
         ))
     };
 
-    let lock = AnyLock::connect(global, &urls, config.clone()).await?;
+    let lock = Redlock::connect(node_set, config.clone())
+        .await
+        .map_err(|error| CliError::from_lock(&error))?;
     // From here on keys may exist: a signal must reach the clean-up, not kill the process.
     let mut signals = Signals::install()?;
     let quorum = lock.quorum();
@@ -373,29 +377,47 @@ fn lock_config(
     if let Some(node_timeout) = global.node_timeout {
         builder = builder.node_timeout(node_timeout);
     }
-    if let Some(connect_timeout) = global.connect_timeout {
-        builder = builder.connect_timeout(connect_timeout);
-    }
     builder
         .build()
         .map_err(|error| CliError::from_lock(&LockError::Config(error)))
 }
 
-/// A probe connection to every node, on the probe thread.
+/// Each node's name and client, for the probes: bench measures standalone servers, whose
+/// round trips its probes can time one by one.
+fn servers(nodes: &Nodes) -> Result<Vec<(redis::Client, String)>, CliError> {
+    let clients = nodes
+        .clients()
+        .map_err(|error| CliError::from_lock(&error))?;
+    nodes
+        .addresses()
+        .iter()
+        .zip(clients)
+        .map(|(address, client)| match client {
+            NodeClient::Server(client) => Ok((client, address.name().to_owned())),
+            _ => Err(CliError::new(
+                Kind::Config,
+                format!(
+                    "{} is a Redis Cluster or a Sentinel-managed master; bench measures \
+                     standalone servers",
+                    address.name()
+                ),
+            )
+            .hint("list the servers themselves in --nodes (redis://host:port,...)")),
+        })
+        .collect()
+}
+
+/// A probe connection to every node (its client and name), on the probe thread.
 ///
 /// Every node must answer now: its keys must be checked before any is created, and a
 /// report on fewer nodes than given would describe another deployment.
 async fn connect_all(
     thread: &ProbeThread,
-    urls: &[String],
-    clients: Vec<redis::Client>,
+    named: Vec<(redis::Client, String)>,
     connect_timeout: Duration,
     node_timeout: Duration,
 ) -> Result<Vec<NodeProbe>, CliError> {
-    let named: Vec<(redis::Client, String)> = clients
-        .into_iter()
-        .zip(urls.iter().map(|url| redact_url(url)))
-        .collect();
+    let names: Vec<String> = named.iter().map(|(_, name)| name.clone()).collect();
     let connected =
         thread
             .run(async move {
@@ -405,12 +427,12 @@ async fn connect_all(
                 .await
             })
             .await;
-    let mut nodes = Vec::with_capacity(urls.len());
+    let mut nodes = Vec::with_capacity(names.len());
     let mut unreachable = Vec::new();
-    for (url, probe) in urls.iter().zip(connected) {
+    for (name, probe) in names.iter().zip(connected) {
         match probe {
             Ok(probe) => nodes.push(probe),
-            Err(error) => unreachable.push(format!("{} ({error})", redact_url(url))),
+            Err(error) => unreachable.push(format!("{name} ({error})")),
         }
     }
     if unreachable.is_empty() {
@@ -450,7 +472,7 @@ async fn check_keys(
 
 /// One untimed cycle, so that the first measured one does not pay for the connections'
 /// first use and the scripts' loading.
-async fn warm_up(lock: &AnyLock) -> Result<(), LockError> {
+async fn warm_up(lock: &Redlock) -> Result<(), LockError> {
     let guard = lock
         .acquire_timeout(keys::WARMUP_RESOURCE, Duration::from_secs(5))
         .await?;
@@ -531,7 +553,7 @@ fn report_cleanup(cleanup: &Cleanup, out: Output) {
 
 /// What the tasks of a level share.
 struct Shared {
-    lock: AnyLock,
+    lock: Redlock,
     names: Names,
     ttl: Duration,
     /// Set at the end of --duration: each task finishes its cycle and stops (a watch, so

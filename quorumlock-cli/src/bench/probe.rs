@@ -47,7 +47,7 @@ pub struct NodeProbe {
 }
 
 /// Connects to one node (its client made with the TLS options, see
-/// `nodes::check_urls`) within `connect_timeout`, and checks that it answers a `PING`
+/// `nodes::check_urls`, `Nodes::clients`) within `connect_timeout`, and checks that it answers a `PING`
 /// within the same time (the first command may include the TLS handshake and `AUTH`).
 pub async fn connect(
     client: redis::Client,

@@ -9,7 +9,7 @@ mod readers_and_permits;
 mod view;
 
 use futures::future::join_all;
-use quorumlock::backend::redact_url;
+use quorumlock::backend::NodeClient;
 use serde_json::{json, Value};
 
 use crate::args::{GlobalArgs, StatusArgs};
@@ -27,12 +27,15 @@ use self::view::{agree, verdict, NodeView, Verdict};
 pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Result<u8, CliError> {
     let key = lock_key(global, &args.resource)?;
     let urls = node_urls(global)?;
-    let members = members(global, &urls)?;
+    let (plain, members) = members(global, &urls)?;
     let budget = operator_timeout(global);
     // The family's sections read standalone members only (see `readers_and_permits`).
     let servers: Vec<Option<redis::Client>> = members
         .iter()
-        .map(|member| member.server().cloned())
+        .map(|member| match member {
+            NodeClient::Server(client) => Some(client.clone()),
+            _ => None,
+        })
         .collect();
     let family =
         ReadersAndPermits::read(global, &args.resource, &key, args.permits, &servers, budget)
@@ -45,7 +48,6 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
     .await
     .into_iter()
     .unzip();
-    let plain: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
     // Where the key lives, for cluster and Sentinel members: named after the member.
     let names: Vec<String> = plain
         .iter()

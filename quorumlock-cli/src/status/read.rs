@@ -1,7 +1,12 @@
 //! How `status` reads a lock key on each member: a standalone server, a Redis Cluster
-//! through its seeds, or the master a Sentinel names.
+//! through its seeds, or the master a Sentinel names, each by the client the library
+//! makes for it.
 
 use std::time::Duration;
+
+use quorumlock::backend::NodeClient;
+#[cfg(doc)]
+use quorumlock::Nodes;
 
 use crate::args::GlobalArgs;
 use crate::duration::format_duration;
@@ -10,63 +15,51 @@ use crate::nodes::check_urls;
 
 use super::view::NodeView;
 
-/// How `status` reaches one member.
-pub enum Member {
-    /// A standalone server.
-    Server(redis::Client),
-    /// A Redis Cluster, through its seeds.
-    Cluster(Vec<String>),
-    /// The master a Sentinel names.
-    Sentinel(redis::sentinel::SentinelClient),
-}
-
-impl Member {
-    /// The client of a standalone server; `None` for a cluster or a Sentinel's master.
-    pub fn server(&self) -> Option<&redis::Client> {
-        match self {
-            Member::Server(client) => Some(client),
-            Member::Cluster(_) | Member::Sentinel(_) => None,
-        }
-    }
-}
-
-/// The member behind each URL; a malformed URL is a configuration error (exit 78).
-pub fn members(global: &GlobalArgs, urls: &[String]) -> Result<Vec<Member>, CliError> {
-    urls.iter()
-        .map(|url| {
-            let invalid = |error: quorumlock::LockError| CliError::from_lock(&error);
-            if let Some(seeds) = quorumlock::backend::cluster_seeds(url) {
-                return seeds.map(Member::Cluster).map_err(invalid);
-            }
-            if let Some(sentinel) = quorumlock::backend::sentinel_client(url) {
-                return sentinel.map(Member::Sentinel).map_err(invalid);
-            }
-            let mut client = check_urls(global, std::slice::from_ref(url))?;
-            Ok(Member::Server(client.remove(0)))
-        })
-        .collect()
+/// The name (the URL without credentials) and the client of each member of `urls` (see
+/// [`Nodes::clients`]), made with the TLS options; a malformed URL is a configuration
+/// error (exit 78).
+pub fn members(
+    global: &GlobalArgs,
+    urls: &[String],
+) -> Result<(Vec<String>, Vec<NodeClient>), CliError> {
+    let nodes = check_urls(global, urls)?;
+    let names = nodes
+        .addresses()
+        .iter()
+        .map(|address| address.name().to_owned())
+        .collect();
+    let clients = nodes
+        .clients()
+        .map_err(|error| CliError::from_lock(&error))?;
+    Ok((names, clients))
 }
 
 /// What `member` says of `key`, and where the key lives when that is not the URL's one
 /// server: `slot S on HOST:PORT` on a cluster, `master HOST:PORT` behind a Sentinel.
 pub async fn read_member(
-    member: Member,
+    member: NodeClient,
     key: &str,
     budget: Duration,
 ) -> (NodeView, Option<String>) {
     match member {
-        Member::Server(client) => (read_node(client, key, budget).await, None),
-        Member::Sentinel(mut sentinel) => match within(budget, sentinel.async_get_client()).await {
-            Err(failed) => (failed, None),
-            Ok(client) => {
-                let placement = format!("master {}", client.get_connection_info().addr());
-                (read_node(client, key, budget).await, Some(placement))
+        NodeClient::Server(client) => (read_node(client, key, budget).await, None),
+        NodeClient::Sentinel(mut sentinel) => {
+            match within(budget, sentinel.async_get_client()).await {
+                Err(failed) => (failed, None),
+                Ok(client) => {
+                    let placement = format!("master {}", client.get_connection_info().addr());
+                    (read_node(client, key, budget).await, Some(placement))
+                }
             }
-        },
-        Member::Cluster(seeds) => match within(budget, read_cluster(seeds, key)).await {
+        }
+        NodeClient::Cluster(seeds) => match within(budget, read_cluster(seeds, key)).await {
             Err(failed) => (failed, None),
             Ok((view, placement)) => (view, Some(placement)),
         },
+        _ => (
+            NodeView::Failed("a kind of member status cannot read".to_owned()),
+            None,
+        ),
     }
 }
 
@@ -102,7 +95,10 @@ async fn get_and_pttl(
 
 /// `GET`, `PTTL` and the master of `key`'s slot (`CLUSTER KEYSLOT`, `CLUSTER SLOTS`) on the
 /// cluster of `seeds`.
-async fn read_cluster(seeds: Vec<String>, key: &str) -> redis::RedisResult<(NodeView, String)> {
+async fn read_cluster(
+    seeds: Vec<redis::ConnectionInfo>,
+    key: &str,
+) -> redis::RedisResult<(NodeView, String)> {
     let client = redis::cluster::ClusterClient::new(seeds)?;
     let mut connection = client.get_async_connection().await?;
     let view = get_and_pttl(&mut connection, key).await?;

@@ -12,17 +12,17 @@ use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
 
-use super::address::{clients_for_urls, Target};
+use super::address::IntoNodeAddress;
 use super::cluster::ClusterLink;
 use super::connector::Connector;
+use super::deployment::ReplicaAcks;
 use super::identity::{Admission, Rejection};
 use super::link::{Link, LinkSettings};
-use super::names::{client_name, redact_url};
+use super::node_client::NodeClient;
 use super::releases::ReleaseListener;
 use super::sharded::ShardedListener;
 use super::transport::Transport;
 use super::unawaited::{Bounds, Unawaited};
-use crate::config::{LockConfig, ReplicaAcks};
 use crate::error::LockError;
 use crate::metrics::Counters;
 use crate::protocol::NodeScripts;
@@ -49,8 +49,9 @@ use crate::protocol::NodeScripts;
 /// Waiters subscribe over a second, pub/sub connection opened on the first wait; see
 /// [`announce_releases`](Self::announce_releases).
 ///
-/// URLs follow the redis crate: `redis://[[user]:password@]host[:port][/db]`, `rediss://`
-/// for TLS (with the default `tls` feature), and `redis+unix:///path`.
+/// Its address is a [`NodeAddress`](super::NodeAddress): a URL such as
+/// `redis://[[user]:password@]host[:port][/db]`, `rediss://` for TLS (with the default
+/// `tls` feature), `redis+unix:///path`, or a client you built.
 #[derive(Clone)]
 pub struct RedisNode {
     name: String,
@@ -98,149 +99,93 @@ impl NodeTimeouts {
     }
 }
 
+/// How a node is set up: its timeouts, the nodes it shares one lock's admission with, the
+/// counters it counts into, whether it announces releases, the replica acknowledgements
+/// of its grants.
+pub(crate) struct NodeSetup {
+    pub(crate) timeouts: NodeTimeouts,
+    pub(crate) admission: Arc<Admission>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) announce: bool,
+    pub(crate) replica_acks: Option<ReplicaAcks>,
+}
+
 /// How many requests nobody awaits one node may have in hand; see [`Bounds`].
 const MOST_UNAWAITED: usize = 1024;
 
 impl RedisNode {
-    /// Prepares a node for `url`, without waiting for a connection: a server
-    /// (`redis://`, `rediss://`, `redis+unix://`), a Redis Cluster member
-    /// (`redis+cluster://`, `rediss+cluster://`: one vote, whichever master serves a key) or
-    /// a Sentinel-managed master (`redis+sentinel://`), as a lock's node URLs are read.
+    /// Prepares a node on `address` (a URL, a client you built, or a [`NodeAddress`](super::NodeAddress)),
+    /// without waiting for a connection: a server (`redis://`, `rediss://`,
+    /// `redis+unix://`), a Redis Cluster member (`redis+cluster://`, `rediss+cluster://`:
+    /// one vote, whichever master serves a key) or a Sentinel-managed master
+    /// (`redis+sentinel://`), read as a lock's node addresses are. For TLS options, give
+    /// the client they make ([`TlsOptions::client`](crate::TlsOptions::client)).
     ///
     /// `timeout` bounds each attempt to (re)connect, and is taken as the time one request
-    /// may take. Fails only when the URL is malformed. Must be called inside a tokio
+    /// may take. Fails only when the address does not read. Must be called inside a tokio
     /// runtime, which the connection's background tasks run on.
     ///
     /// Unlike the nodes of [`Redlock::connect`](crate::Redlock::connect), a node made here
     /// is not checked before its first request (which server answers, and may it vote).
-    pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LockError> {
-        let read = clients_for_urls(
-            [url],
+    pub async fn connect(
+        address: impl IntoNodeAddress,
+        timeout: Duration,
+    ) -> Result<Self, LockError> {
+        let address = address.into_node_address()?;
+        let client = address.client(
             #[cfg(feature = "tls")]
-            None,
-        );
-        Self::from_read(url, read, timeout)
-    }
-
-    /// [`connect`](Self::connect) with `tls` for a `rediss://` URL, as
-    /// [`RedisLock::connect_tls`](crate::RedisLock::connect_tls) reads its URL: options
-    /// that would be ignored (on a `redis://` URL, or a cluster member's) are an error.
-    #[cfg(feature = "tls")]
-    pub async fn connect_tls(
-        url: &str,
-        tls: &super::tls::TlsOptions,
-        timeout: Duration,
-    ) -> Result<Self, LockError> {
-        Self::from_read(url, clients_for_urls([url], Some(tls)), timeout)
-    }
-
-    /// The node for `url`, read into `read`.
-    fn from_read(
-        url: &str,
-        read: Result<Vec<(String, Target)>, LockError>,
-        timeout: Duration,
-    ) -> Result<Self, LockError> {
-        let Some((name, target)) = read?.into_iter().next() else {
-            return Err(LockError::InvalidNode {
-                node: redact_url(url),
-                reason: "no node in the URL".to_owned(),
-            });
+            &crate::TlsOptions::default(),
+        )?;
+        let setup = NodeSetup {
+            timeouts: NodeTimeouts {
+                connect: timeout,
+                request: timeout,
+            },
+            admission: Arc::default(),
+            counters: Arc::default(),
+            announce: true,
+            replica_acks: None,
         };
-        match target {
-            // Named after the client's address, as `from_client` names its nodes.
-            Target::Server(client) => Ok(Self::from_client(client, timeout)),
-            target => {
-                let timeouts = NodeTimeouts {
-                    connect: timeout,
-                    request: timeout,
-                };
-                Self::open_target(target, name, timeouts, Arc::default(), Arc::default(), true)
-            }
-        }
+        Self::open(client, address.name().to_owned(), &setup)
     }
 
-    /// A node on `target` (see [`open`](Self::open) for the other arguments), which
-    /// announces its releases when `announce` says so and the kind of node can.
-    fn open_target(
-        target: Target,
-        name: String,
-        timeouts: NodeTimeouts,
-        admission: Arc<Admission>,
-        counters: Arc<Counters>,
-        announce: bool,
-    ) -> Result<Self, LockError> {
-        match target {
-            Target::Server(client) => {
-                Ok(Self::open(client, name, timeouts, admission, counters)
-                    .announce_releases(announce))
-            }
-            Target::Sentinel(sentinel) => Ok(Self::open_sentinel(
-                sentinel, name, timeouts, admission, counters,
-            )),
-            Target::Cluster(seeds) => {
-                Self::open_cluster(seeds, name, timeouts, admission, counters)
-                    .map(|node| node.announce_releases(announce))
-            }
-        }
-    }
-
-    /// Prepares a node on a client made by the caller (its TLS settings, username,
-    /// protocol, resolver), without waiting for a connection; see
-    /// [`connect`](Self::connect). The node is named after the client's address, without
-    /// credentials ([`client_name`]).
-    pub fn from_client(client: redis::Client, timeout: Duration) -> Self {
-        let timeouts = NodeTimeouts {
-            connect: timeout,
-            request: timeout,
-        };
-        let name = client_name(client.get_connection_info());
-        Self::open(client, name, timeouts, Arc::default(), Arc::default())
-    }
-
-    /// A node on `client`, called `name` (which must hold no credentials), among the nodes
-    /// sharing `admission`, counting into `counters`.
+    /// A node on `client`, called `name` (which must hold no credentials), set up as
+    /// `setup` says: the one place that tells the kinds of member apart.
     pub(crate) fn open(
-        client: redis::Client,
+        client: NodeClient,
         name: String,
-        timeouts: NodeTimeouts,
-        admission: Arc<Admission>,
-        counters: Arc<Counters>,
-    ) -> Self {
-        #[cfg(feature = "tls")]
-        if matches!(
-            client.get_connection_info().addr(),
-            redis::ConnectionAddr::TcpTls { .. }
-        ) {
-            super::tls::install_crypto_provider();
-        }
-        let releases = Arc::new(ReleaseListener::new(
-            client.clone(),
-            timeouts.connect,
-            timeouts.request,
-        ));
-        let connector = Connector::Client(client);
-        Self::over(
-            connector,
-            Some(releases),
-            name,
-            timeouts,
-            admission,
-            counters,
-        )
-    }
-
-    /// A node on the master the sentinels of `sentinel` name, followed through failovers
-    /// (see [`connector`](super::connector)). Its releases are not announced: the master's
-    /// address changes, and waiters retry after their jittered delay.
-    pub(crate) fn open_sentinel(
-        sentinel: redis::sentinel::SentinelClient,
-        name: String,
-        timeouts: NodeTimeouts,
-        admission: Arc<Admission>,
-        counters: Arc<Counters>,
-    ) -> Self {
-        let connector = Connector::Sentinel(tokio::sync::Mutex::new(sentinel));
-        Self::over(connector, None, name, timeouts, admission, counters)
+        setup: &NodeSetup,
+    ) -> Result<Self, LockError> {
+        let timeouts = setup.timeouts;
+        let mut node = match client {
+            NodeClient::Server(client) => {
+                #[cfg(feature = "tls")]
+                if matches!(
+                    client.get_connection_info().addr(),
+                    redis::ConnectionAddr::TcpTls { .. }
+                ) {
+                    super::tls::install_crypto_provider();
+                }
+                let releases = Arc::new(ReleaseListener::new(
+                    client.clone(),
+                    timeouts.connect,
+                    timeouts.request,
+                ));
+                Self::over(Connector::Client(client), Some(releases), name, setup)
+                    .announce_releases(setup.announce)
+            }
+            // Followed through failovers (see `connector`). Its releases are not awaited:
+            // the master's address changes, and waiters retry after their jittered delay.
+            NodeClient::Sentinel(sentinel) => {
+                let connector = Connector::Sentinel(tokio::sync::Mutex::new(sentinel));
+                Self::over(connector, None, name, setup)
+            }
+            NodeClient::Cluster(seeds) => {
+                Self::open_cluster(seeds, name, setup)?.announce_releases(setup.announce)
+            }
+        };
+        node.replica_acks = setup.replica_acks;
+        Ok(node)
     }
 
     /// A node over one link, made by `connector`.
@@ -248,9 +193,7 @@ impl RedisNode {
         connector: Connector,
         releases: Option<Arc<ReleaseListener>>,
         name: String,
-        timeouts: NodeTimeouts,
-        admission: Arc<Admission>,
-        counters: Arc<Counters>,
+        setup: &NodeSetup,
     ) -> Self {
         let config = AsyncConnectionConfig::new()
             // The link bounds the connection and the server check together.
@@ -263,36 +206,28 @@ impl RedisNode {
             // to go out, and a late lock request left unawaited would then never go out.
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let settings = LinkSettings {
-            connect_timeout: timeouts.connect,
-            silence_limit: timeouts.silence_limit(),
+            connect_timeout: setup.timeouts.connect,
+            silence_limit: setup.timeouts.silence_limit(),
         };
         let link = Link::new(
             name.clone(),
             connector,
             config,
             settings,
-            admission,
-            Arc::clone(&counters),
+            Arc::clone(&setup.admission),
+            Arc::clone(&setup.counters),
         );
-        Self::on(
-            name,
-            Transport::Server(Arc::new(link)),
-            releases,
-            timeouts,
-            counters,
-        )
+        Self::on(name, Transport::Server(Arc::new(link)), releases, setup)
     }
 
-    /// A node on the Redis Cluster of `seeds`, one member of the lock, called `name`,
-    /// among the nodes sharing `admission`. Releases are announced over sharded pub/sub
-    /// ([`ShardedListener`]).
-    pub(crate) fn open_cluster(
-        seeds: Vec<String>,
+    /// A node on the Redis Cluster of `seeds`, one member of the lock, called `name`.
+    /// Releases are announced over sharded pub/sub ([`ShardedListener`]).
+    fn open_cluster(
+        seeds: Vec<redis::ConnectionInfo>,
         name: String,
-        timeouts: NodeTimeouts,
-        admission: Arc<Admission>,
-        counters: Arc<Counters>,
+        setup: &NodeSetup,
     ) -> Result<Self, LockError> {
+        let timeouts = setup.timeouts;
         let client = redis::cluster::ClusterClient::builder(seeds.clone())
             .connection_timeout(timeouts.connect)
             .build()
@@ -300,14 +235,9 @@ impl RedisNode {
                 node: name.clone(),
                 reason: err.to_string(),
             })?;
+        let admission = Arc::clone(&setup.admission);
         let link = ClusterLink::new(name.clone(), client, timeouts.connect, admission);
-        let mut node = Self::on(
-            name,
-            Transport::Cluster(Arc::new(link)),
-            None,
-            timeouts,
-            counters,
-        );
+        let mut node = Self::on(name, Transport::Cluster(Arc::new(link)), None, setup);
         node.scripts = Arc::new(NodeScripts::sent_whole());
         node.sharded = Some(Arc::new(ShardedListener::new(
             seeds,
@@ -321,9 +251,9 @@ impl RedisNode {
         name: String,
         link: Transport,
         releases: Option<Arc<ReleaseListener>>,
-        timeouts: NodeTimeouts,
-        counters: Arc<Counters>,
+        setup: &NodeSetup,
     ) -> Self {
+        let timeouts = setup.timeouts;
         let bounds = Bounds {
             kept_for: timeouts.kept_for(),
             most: MOST_UNAWAITED,
@@ -333,7 +263,7 @@ impl RedisNode {
             link,
             scripts: Arc::new(NodeScripts::new()),
             answering: Arc::new(AtomicBool::new(false)),
-            unawaited: Unawaited::start(timeouts.request, bounds, counters),
+            unawaited: Unawaited::start(timeouts.request, bounds, Arc::clone(&setup.counters)),
             releases,
             sharded: None,
             replica_acks: None,
@@ -354,60 +284,6 @@ impl RedisNode {
         self.announce_releases = announce;
         self
     }
-}
-
-/// Nodes on `clients` (each with its name), connected and checked at once: a server that
-/// cannot serve the lock (see [`identity`](super::identity)), or that another client of the
-/// list reaches too, is an [`InvalidNode`](LockError::InvalidNode) error. A node that
-/// cannot be reached now is kept: it counts as failed until it comes back, and is checked
-/// then.
-pub(crate) async fn connect_checked(
-    clients: Vec<(String, Target)>,
-    config: &LockConfig,
-    counters: &Arc<Counters>,
-) -> Result<Vec<RedisNode>, LockError> {
-    let timeouts = NodeTimeouts {
-        connect: config.connect_timeout(),
-        request: config.node_timeout(),
-    };
-    let admission = Arc::new(Admission::new(
-        config.fencing() && !config.fencing_on_volatile_nodes(),
-    ));
-    let nodes: Vec<RedisNode> = clients
-        .into_iter()
-        .map(|(name, target)| {
-            RedisNode::open_target(
-                target,
-                name,
-                timeouts,
-                Arc::clone(&admission),
-                Arc::clone(counters),
-                config.notify_releases(),
-            )
-        })
-        .map(|node: Result<RedisNode, LockError>| {
-            node.map(|mut node| {
-                node.replica_acks = config.replica_acks();
-                node
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    let checks = futures::future::join_all(nodes.iter().map(RedisNode::check)).await;
-    for (node, check) in nodes.iter().zip(checks) {
-        match check {
-            Ok(()) => {}
-            Err(Rejection::Refused(refusal)) => {
-                return Err(LockError::InvalidNode {
-                    node: node.name.clone(),
-                    reason: refusal.to_string(),
-                })
-            }
-            Err(Rejection::Failed(reason)) => {
-                tracing::warn!(node = %node.name, %reason, "node unreachable; it counts as failed until it answers");
-            }
-        }
-    }
-    Ok(nodes)
 }
 
 impl fmt::Debug for RedisNode {

@@ -7,7 +7,8 @@ use redis::{Cmd, Value};
 use tokio::time::Instant;
 
 use super::RedisNode;
-use crate::config::{millis, ReplicaAcks};
+use crate::backend::deployment::ReplicaAcks;
+use crate::config::millis;
 use crate::error::NodeError;
 use crate::node::{NodeReply, NodeRequest};
 

@@ -26,8 +26,8 @@ use crate::token::LockToken;
 /// embedded Lua 5.1, over an in-memory keyspace) on the node's clock. So the lock, the fair
 /// queue and its reservations, the fencing counters, and the `EVALSHA` / `NOSCRIPT` /
 /// `SCRIPT LOAD` exchange behave as on Redis, and
-/// [`Redlock::from_nodes`](crate::Redlock::from_nodes) and
-/// [`RedisLock::from_node`](crate::RedisLock::from_node) run on it unchanged. Release
+/// [`Redlock::from_nodes`](crate::Redlock::from_nodes) runs on it unchanged, on one node
+/// or several. Release
 /// announcements are not delivered (nobody subscribes): waiters claim reservations and
 /// retry on their retry delay.
 ///
