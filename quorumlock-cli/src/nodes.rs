@@ -24,11 +24,6 @@ pub fn node_urls(global: &GlobalArgs) -> Result<Vec<String>, CliError> {
     Ok(urls)
 }
 
-/// The quorum of `nodes` nodes: `nodes / 2 + 1`.
-pub fn quorum(nodes: usize) -> usize {
-    nodes / 2 + 1
-}
-
 /// The Redis key of `resource` under the key prefix, by the library's own rule for the
 /// nodes given ([`Nodes::key_for`]: hash-tagged with a Redis Cluster member), for the
 /// commands that talk to the nodes directly. Fails on a name that cannot be a lock.
@@ -140,10 +135,6 @@ mod tests {
         assert_eq!(lock_key(&args, "job").unwrap(), "job");
         args.key_prefix = Some("locks:".to_owned());
         assert_eq!(lock_key(&args, "job").unwrap(), "locks:job");
-        assert_eq!(quorum(1), 1);
-        assert_eq!(quorum(3), 2);
-        assert_eq!(quorum(4), 3);
-        assert_eq!(quorum(5), 3);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::args::{GlobalArgs, ReleaseArgs};
 use crate::exit::{CliError, Kind};
-use crate::nodes::{check_urls, lock_key, node_urls, operator_timeout, quorum};
+use crate::nodes::{check_urls, lock_key, node_urls, operator_timeout};
 use crate::output::Output;
 
 /// What one node did with the delete.
@@ -52,7 +52,7 @@ pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Re
         .map_err(|error| CliError::from_lock(&error))?;
     let names: Vec<String> = lock.node_names().map(str::to_owned).collect();
     let outcomes: Vec<NodeOutcome> = names.iter().map(|name| outcome(&tally, name)).collect();
-    let quorum = quorum(names.len());
+    let quorum = quorumlock::quorum_of(names.len());
     let decision = decide(&outcomes, quorum);
     let deleted = count(&outcomes, |outcome| *outcome == NodeOutcome::Deleted);
     let total = names.len();

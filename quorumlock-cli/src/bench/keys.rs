@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use quorumlock::protocol::keys;
 use redis::aio::ConnectionManager;
 
 use crate::exit::{CliError, Kind};
@@ -12,16 +13,15 @@ use crate::exit::{CliError, Kind};
 /// The part of the prefix that says what made the keys, before the run id.
 pub const PREFIX_TAG: &str = "quorumlock-bench:";
 
-/// Keys the library derives from a lock key `<key>` when waiters queue or watch it: the
-/// queue, its deadlines and the watch marker (src/node/scripts.rs, "Keys on a node").
-/// Repeated here because they are the library's internals; the bench tests
-/// (tests/cli/bench.rs) check that a contended run leaves nothing behind, which fails if
-/// these names drift.
-const DERIVED_PREFIXES: [&str; 3] = [
-    "quorumlock:waiters:",
-    "quorumlock:waiter-deadlines:",
-    "quorumlock:watched:",
-];
+/// The keys the library derives from a lock key `<key>` when waiters queue or watch it:
+/// the queue, its deadlines and the watch marker (`quorumlock::protocol::keys`).
+fn derived_keys(key: &str) -> [String; 3] {
+    [
+        keys::queue_key(key),
+        keys::deadlines_key(key),
+        keys::watched_key(key),
+    ]
+}
 
 /// The random run id: 8 hex digits, enough that two runs never meet by chance.
 pub fn random_run_id() -> String {
@@ -94,7 +94,7 @@ impl Names {
             .map(|resource| format!("{}{resource}", self.prefix));
         locks
             .flat_map(|key| {
-                let derived = DERIVED_PREFIXES.map(|prefix| format!("{prefix}{key}"));
+                let derived = derived_keys(&key);
                 std::iter::once(key).chain(derived)
             })
             .collect()

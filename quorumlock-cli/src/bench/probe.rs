@@ -23,7 +23,9 @@ use super::keys::with_timeout;
 /// production node (3 commands per node per round), frequent enough for a p99 in 10 s.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The compare-and-delete the library releases with: only our own token is deleted.
+/// The probe's release: a plain compare-and-delete, only our own token deleted. It is the
+/// core of the library's unlock script without the hand-off to a queue, which the probe's
+/// key, never waited for, does not have.
 const RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::args::{GlobalArgs, StatusArgs};
 use crate::duration::{format_duration, millis};
 use crate::exit::{CliError, Kind, UNAVAILABLE};
-use crate::nodes::{lock_key, node_urls, operator_timeout, quorum};
+use crate::nodes::{lock_key, node_urls, operator_timeout};
 use crate::output::Output;
 
 use self::read::{members, read_member};
@@ -57,7 +57,7 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
             None => name.clone(),
         })
         .collect();
-    let quorum = quorum(names.len());
+    let quorum = quorumlock::quorum_of(names.len());
     let verdict = verdict(&views, quorum);
     let report = Report {
         resource: &args.resource,

@@ -6,22 +6,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::future::join_all;
+use quorumlock::protocol::keys;
+use quorumlock::quorum_of;
 use serde_json::{json, Value};
 
 use crate::args::GlobalArgs;
 use crate::duration::{format_duration, millis};
 use crate::exit::CliError;
-use crate::nodes::{lock_key, quorum};
+use crate::nodes::lock_key;
 
 use super::read::read_node;
 use super::view::{verdict, NodeView, Verdict};
-
-/// The key listing the reader entries of the write-side key `key` on each node (the
-/// library's `RwLock::readers_key`).
-const READERS_PREFIX: &str = "quorumlock:readers:";
-
-/// The key present while a blocked writer keeps new readers out (`RwLock::writer_waiting_key`).
-const WRITER_WAITING_PREFIX: &str = "quorumlock:writer-waiting:";
 
 /// Why a cluster or Sentinel member's readers and permits are not shown.
 const NOT_READ: &str = "not read on a cluster or Sentinel member";
@@ -60,7 +55,7 @@ impl ReadersAndPermits {
         clients: &[Option<redis::Client>],
         budget: Duration,
     ) -> Result<Self, CliError> {
-        let quorum = quorum(clients.len());
+        let quorum = quorum_of(clients.len());
         let readers = join_all(
             clients
                 .iter()
@@ -72,7 +67,7 @@ impl ReadersAndPermits {
             Some(permits) => {
                 let mut slots = Vec::new();
                 for slot in 0..permits {
-                    let slot_key = lock_key(global, &format!("{resource}:permit:{slot}"))?;
+                    let slot_key = lock_key(global, &keys::permit_resource(resource, slot))?;
                     let views = join_all(clients.iter().map(|client| async {
                         match client {
                             Some(client) => read_node(client.clone(), &slot_key, budget).await,
@@ -104,11 +99,11 @@ async fn read_readers(client: Option<redis::Client>, key: &str, budget: Duration
         let mut connection = client.get_multiplexed_async_connection().await?;
         let (listed, waiting): (Vec<String>, i64) = redis::pipe()
             .cmd("ZRANGE")
-            .arg(format!("{READERS_PREFIX}{key}"))
+            .arg(keys::readers_key(key))
             .arg(0)
             .arg(-1)
             .cmd("PTTL")
-            .arg(format!("{WRITER_WAITING_PREFIX}{key}"))
+            .arg(keys::writer_waiting_key(key))
             .query_async(&mut connection)
             .await?;
         let mut pipe = redis::pipe();
