@@ -72,7 +72,7 @@ impl SimNode {
                 }
                 Wire::Unsupported => return Ok(NodeReply::Unsupported),
             };
-        let (op, keys, token, waiter) = describe(&request);
+        let (op, keys, token, waiter) = Op::of(&request);
         let sending = Sending::Request {
             read: read.clone(),
             keys: keys.into(),
@@ -387,52 +387,6 @@ async fn run_script(
             }
         })
         .await
-}
-
-/// What the log shows of `request`: its command, keys, token and waiter.
-fn describe<'a>(
-    request: &NodeRequest<'a>,
-) -> (
-    Op,
-    &'a [Arc<str>],
-    Option<&'a LockToken>,
-    Option<&'a LockToken>,
-) {
-    match *request {
-        NodeRequest::Lock { keys, token, ttl } => (Op::Lock { ttl }, keys, Some(token), None),
-        NodeRequest::Unlock { keys, token } => (Op::Unlock, keys, Some(token), None),
-        NodeRequest::Extend { keys, token, ttl } => (Op::Extend { ttl }, keys, Some(token), None),
-        NodeRequest::Holds { keys, token } => (Op::Holds, keys, Some(token), None),
-        NodeRequest::ReadCounter { keys } => (Op::ReadCounter, keys, None, None),
-        NodeRequest::RaiseCounter { keys, value } => (Op::RaiseCounter { value }, keys, None, None),
-        NodeRequest::LockWatching {
-            keys, token, ttl, ..
-        } => (Op::LockWatching { ttl }, keys, Some(token), None),
-        NodeRequest::LockQueued {
-            keys,
-            token,
-            ttl,
-            place,
-        } => {
-            let op = Op::LockQueued {
-                ttl,
-                lifetime: place.lifetime,
-            };
-            (op, keys, Some(token), Some(&place.waiter))
-        }
-        NodeRequest::LeaveQueue { keys, waiter } => (Op::LeaveQueue, keys, None, Some(waiter)),
-        NodeRequest::LockShared {
-            keys, token, ttl, ..
-        } => (Op::LockShared { ttl }, keys, Some(token), None),
-        NodeRequest::LockExclusive {
-            keys, token, ttl, ..
-        } => (Op::LockExclusive { ttl }, keys, Some(token), None),
-        NodeRequest::Proclaim { keys, token, .. } => (Op::Proclaim, keys, Some(token), None),
-        NodeRequest::ReadProclamation { keys } => (Op::ReadProclamation, keys, None, None),
-        NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
-            unreachable!("a watch sends no command")
-        }
-    }
 }
 
 /// The lock values under `keys`, or (`counters`) the fencing counters at them, 0 where

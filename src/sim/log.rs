@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::NodeError;
+use crate::node::NodeRequest;
 use crate::protocol::keys::RESERVED_PREFIX;
 use crate::token::LockToken;
 
@@ -227,4 +228,56 @@ pub enum Reply {
         /// When the client got the error, on tokio's clock.
         at: Instant,
     },
+}
+
+impl Op {
+    /// What the log shows of `request`: its command, keys, token and waiter.
+    pub(super) fn of<'a>(
+        request: &NodeRequest<'a>,
+    ) -> (
+        Op,
+        &'a [Arc<str>],
+        Option<&'a LockToken>,
+        Option<&'a LockToken>,
+    ) {
+        match *request {
+            NodeRequest::Lock { keys, token, ttl } => (Op::Lock { ttl }, keys, Some(token), None),
+            NodeRequest::Unlock { keys, token } => (Op::Unlock, keys, Some(token), None),
+            NodeRequest::Extend { keys, token, ttl } => {
+                (Op::Extend { ttl }, keys, Some(token), None)
+            }
+            NodeRequest::Holds { keys, token } => (Op::Holds, keys, Some(token), None),
+            NodeRequest::ReadCounter { keys } => (Op::ReadCounter, keys, None, None),
+            NodeRequest::RaiseCounter { keys, value } => {
+                (Op::RaiseCounter { value }, keys, None, None)
+            }
+            NodeRequest::LockWatching {
+                keys, token, ttl, ..
+            } => (Op::LockWatching { ttl }, keys, Some(token), None),
+            NodeRequest::LockQueued {
+                keys,
+                token,
+                ttl,
+                place,
+            } => {
+                let op = Op::LockQueued {
+                    ttl,
+                    lifetime: place.lifetime,
+                };
+                (op, keys, Some(token), Some(&place.waiter))
+            }
+            NodeRequest::LeaveQueue { keys, waiter } => (Op::LeaveQueue, keys, None, Some(waiter)),
+            NodeRequest::LockShared {
+                keys, token, ttl, ..
+            } => (Op::LockShared { ttl }, keys, Some(token), None),
+            NodeRequest::LockExclusive {
+                keys, token, ttl, ..
+            } => (Op::LockExclusive { ttl }, keys, Some(token), None),
+            NodeRequest::Proclaim { keys, token, .. } => (Op::Proclaim, keys, Some(token), None),
+            NodeRequest::ReadProclamation { keys } => (Op::ReadProclamation, keys, None, None),
+            NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
+                unreachable!("a watch sends no command")
+            }
+        }
+    }
 }
