@@ -11,9 +11,19 @@
 //! | you have | use |
 //! |---|---|
 //! | 3 or 5 independent Redis masters | [`Redlock`]: survives the loss of any minority |
-//! | one Redis server | [`RedisLock`]: as available as that server |
-//! | many lock names with shared defaults | [`LockFactory`] over either |
+//! | one Redis server | [`RedisLock`]: a `Redlock` of one node, as available as that server |
+//! | a Redis Cluster, or a master managed by Sentinel | one member of either kind (`redis+cluster://`, `redis+sentinel://`; see [`NodeAddress`]), alone or beside others |
+//! | readers and writers, K holders, a leader | [`RwLock`], [`Semaphore`], [`Election`], on a `Redlock` |
+//! | many lock names with shared defaults | [`LockFactory`] over any [`DistributedLock`] |
 //! | tests without Redis | [`Redlock::from_nodes`] over in-memory nodes (feature `test-util`, module `sim`) |
+//!
+//! # Cargo features
+//!
+//! - `tls` (default): `rediss://` through rustls, and [`TlsOptions`] for a private CA, a
+//!   client certificate or no verification.
+//! - `metrics`: counters and histograms through the `metrics` crate's facade, under the
+//!   names of docs/operations.md ("Monitoring").
+//! - `test-util`: the `sim` module, simulated nodes and clusters for deterministic tests.
 //!
 //! # Taking a lock
 //!

@@ -104,7 +104,7 @@
 //! demand). Not simulated: memory limits, replication, and the client's own clock, which
 //! is tokio's clock for every lock in the runtime.
 //!
-//! The crate's property tests (`tests/properties.rs`, described in
+//! The crate's property tests (`tests/properties/`, described in
 //! `docs/testing-properties.md`) run the Redlock coordinator on these nodes over thousands
 //! of generated fault schedules and check the safety invariants on the nodes' logs.
 

@@ -1,5 +1,5 @@
 //! Property tests of the lock family on the deterministic simulated cluster (the harness,
-//! schedules and runner of `tests/properties.rs`; see `docs/testing-properties.md`):
+//! schedules and runner of the mutex's properties; see `docs/testing-properties.md`):
 //!
 //! - a semaphore of K permits never has more than K holders at once;
 //! - a read-write lock's writer never overlaps another holder, read or write (and readers

@@ -25,7 +25,7 @@
 //! ```
 //!
 //! What it implements and what it does not is listed in `docs/testing-properties.md`
-//! ("The script host"); `tests/script_host.rs` checks it against a real `redis-server`.
+//! ("The script host"); `tests/servers/script_host.rs` checks it against a real `redis-server`.
 
 mod commands;
 mod keyspace;
