@@ -10,19 +10,16 @@
 //! are a speed-up only: a lost message or a broken connection leaves waiters on their
 //! jittered retry delay, which is always running as the fallback.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use redis::aio::PubSubSink;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
+use crate::node::WatchedChannels;
 use crate::node::{Announcement, ReleaseWatch};
 use crate::protocol::keys::{release_channel, waiter_channel};
-
-/// How many announcements a watch keeps before it lags (and then simply tries at once).
-const ANNOUNCEMENTS_KEPT: usize = 64;
 
 /// How long to wait before reconnecting a lost pub/sub connection.
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
@@ -45,17 +42,12 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// Watched channels: how many local waiters watch each, and the counter they observe.
-    channels: HashMap<String, Channel>,
+    /// Watched channels: how many local waiters watch each, and the sender they observe.
+    channels: WatchedChannels,
     /// The connection's command side, while connected.
     sink: Option<PubSubSink>,
     /// The connection task, once started.
     task: Option<tokio::task::AbortHandle>,
-}
-
-struct Channel {
-    watchers: usize,
-    announcements: broadcast::Sender<Announcement>,
 }
 
 impl ReleaseListener {
@@ -98,16 +90,7 @@ impl ReleaseListener {
         let mut ready = self.shared.ready.subscribe();
         let (receiver, subscribing, connected) = {
             let mut state = lock(&self.shared.state);
-            let entry = state
-                .channels
-                .entry(channel.clone())
-                .or_insert_with(|| Channel {
-                    watchers: 0,
-                    announcements: broadcast::Sender::new(ANNOUNCEMENTS_KEPT),
-                });
-            entry.watchers += 1;
-            let receiver = entry.announcements.subscribe();
-            let newly_watched = entry.watchers == 1;
+            let (receiver, newly_watched) = state.channels.watch(&channel);
             let subscribing = match (&state.sink, newly_watched) {
                 (Some(sink), true) => queue(sink.clone(), Subscription::On(vec![channel.clone()])),
                 _ => None,
@@ -177,14 +160,9 @@ impl Drop for Registration {
             return;
         };
         let mut state = lock(&shared.state);
-        let Some(entry) = state.channels.get_mut(&self.channel) else {
-            return;
-        };
-        entry.watchers -= 1;
-        if entry.watchers > 0 {
+        if !state.channels.unwatch(&self.channel) {
             return;
         }
-        state.channels.remove(&self.channel);
         if let Some(sink) = state.sink.clone() {
             // Queued under the lock; the reply is not needed.
             let channel = std::mem::take(&mut self.channel);
@@ -211,7 +189,7 @@ async fn run(shared: Weak<Shared>) {
         let subscribing = {
             let mut state = lock(&strong.state);
             state.sink = Some(sink.clone());
-            let channels: Vec<String> = state.channels.keys().cloned().collect();
+            let channels: Vec<String> = state.channels.names().map(str::to_owned).collect();
             if channels.is_empty() {
                 None
             } else {
@@ -229,17 +207,10 @@ async fn run(shared: Weak<Shared>) {
             let Some(strong) = shared.upgrade() else {
                 return;
             };
-            let state = lock(&strong.state);
-            if let Some(channel) = state.channels.get(message.get_channel_name()) {
-                // Anything but a waiter's id (empty, or unreadable) means: free for anybody.
-                let next_waiter = message
-                    .get_payload::<String>()
-                    .ok()
-                    .filter(|waiter| !waiter.is_empty())
-                    .map(Arc::from);
-                // No receiver left is fine: the watch is being dropped.
-                let _ = channel.announcements.send(Announcement { next_waiter });
-            }
+            let announcement = Announcement::from_message(message.get_payload_bytes());
+            lock(&strong.state)
+                .channels
+                .announce(message.get_channel_name(), announcement);
         }
         // The connection ended: forget its sink, then reconnect after a pause.
         if let Some(strong) = shared.upgrade() {

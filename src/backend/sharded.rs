@@ -15,20 +15,16 @@
 //! publish to on the shard that serves the key. Queued waiters claim a reservation on their
 //! retry delay (docs/operations.md, "Redis Cluster members").
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind};
-use tokio::sync::broadcast;
 
+use crate::node::WatchedChannels;
 use crate::node::{Announcement, ReleaseWatch};
 use crate::protocol::keys::sharded_release_channel;
-
-/// How many announcements a watch keeps before it lags (and then simply tries at once).
-const ANNOUNCEMENTS_KEPT: usize = 64;
 
 /// The sharded pub/sub side of one cluster member.
 pub(crate) struct ShardedListener {
@@ -41,13 +37,8 @@ struct Shared {
     connect_timeout: Duration,
     /// How long a new watch waits for its subscription: one request's time.
     confirm_timeout: Duration,
-    channels: Mutex<HashMap<String, Channel>>,
+    channels: Mutex<WatchedChannels>,
     connection: tokio::sync::Mutex<Option<ClusterConnection>>,
-}
-
-struct Channel {
-    watchers: usize,
-    announcements: broadcast::Sender<Announcement>,
 }
 
 impl ShardedListener {
@@ -72,15 +63,7 @@ impl ShardedListener {
     /// Watches the releases of `key` announced free by the shard that serves it.
     pub(crate) async fn watch_key(&self, key: &str) -> Option<ReleaseWatch> {
         let channel = sharded_release_channel(key);
-        let (receiver, newly_watched) = {
-            let mut channels = lock(&self.shared.channels);
-            let entry = channels.entry(channel.clone()).or_insert_with(|| Channel {
-                watchers: 0,
-                announcements: broadcast::Sender::new(ANNOUNCEMENTS_KEPT),
-            });
-            entry.watchers += 1;
-            (entry.announcements.subscribe(), entry.watchers == 1)
-        };
+        let (receiver, newly_watched) = lock(&self.shared.channels).watch(&channel);
         let registration = Registration {
             shared: Arc::downgrade(&self.shared),
             channel: channel.clone(),
@@ -138,10 +121,8 @@ impl Shared {
         let Ok(channel) = redis::from_redis_value_ref::<String>(channel) else {
             return;
         };
-        if let Some(entry) = lock(&self.channels).get(&channel) {
-            // The payload is empty: free for anybody. No receiver left is fine.
-            let _ = entry.announcements.send(Announcement { next_waiter: None });
-        }
+        // The payload is empty: free for anybody.
+        lock(&self.channels).announce(&channel, Announcement { next_waiter: None });
     }
 }
 
@@ -165,16 +146,8 @@ impl Drop for Registration {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        {
-            let mut channels = lock(&shared.channels);
-            let Some(entry) = channels.get_mut(&self.channel) else {
-                return;
-            };
-            entry.watchers -= 1;
-            if entry.watchers > 0 {
-                return;
-            }
-            channels.remove(&self.channel);
+        if !lock(&shared.channels).unwatch(&self.channel) {
+            return;
         }
         let channel = std::mem::take(&mut self.channel);
         // Not in `Drop`'s thread: unsubscribing is a network call, done in the background.
@@ -201,15 +174,8 @@ mod tests {
     async fn a_sharded_message_reaches_the_watches_of_its_channel_only() {
         let listener =
             ShardedListener::new(vec![], Duration::from_millis(10), Duration::from_millis(10));
-        let (sender, mut receiver) = (broadcast::Sender::new(4), None);
-        lock(&listener.shared.channels).insert(
-            "quorumlock:shard-released:{a}".to_owned(),
-            Channel {
-                watchers: 1,
-                announcements: sender.clone(),
-            },
-        );
-        receiver.get_or_insert(sender.subscribe());
+        let (receiver, _) = lock(&listener.shared.channels).watch("quorumlock:shard-released:{a}");
+        let mut receiver = Some(receiver);
         let message = |kind, channel: &str| PushInfo {
             kind,
             data: vec![Value::BulkString(channel.into()), Value::BulkString(vec![])],

@@ -34,6 +34,7 @@ use crate::error::NodeError;
 use crate::token::LockToken;
 
 pub use self::request::{NodeReply, NodeRequest, QueuePlace};
+pub(crate) use self::watch::WatchedChannels;
 pub use self::watch::{Announcement, ReleaseWatch};
 
 /// One independent lock node, as the lock algorithms see it: a name, hints, and one call

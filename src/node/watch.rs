@@ -14,6 +14,18 @@ pub struct Announcement {
     pub next_waiter: Option<Arc<str>>,
 }
 
+impl Announcement {
+    /// The announcement a release script's message carries: a waiter's id, or anything
+    /// else (empty, not UTF-8) for a key free for anybody.
+    pub(crate) fn from_message(message: &[u8]) -> Self {
+        let next_waiter = std::str::from_utf8(message)
+            .ok()
+            .filter(|waiter| !waiter.is_empty())
+            .map(Arc::from);
+        Announcement { next_waiter }
+    }
+}
+
 /// Announcements of releases on one node; see
 /// [`NodeRequest::WatchReleases`](super::NodeRequest::WatchReleases) and
 /// [`NodeRequest::WatchReservations`](super::NodeRequest::WatchReservations).
@@ -68,5 +80,74 @@ impl Clone for ReleaseWatch {
 impl fmt::Debug for ReleaseWatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReleaseWatch").finish_non_exhaustive()
+    }
+}
+
+/// How many announcements a watch keeps before it lags (and then its waiter simply tries
+/// at once).
+const ANNOUNCEMENTS_KEPT: usize = 64;
+
+/// The channels a node's waiters watch, with how many watches each has and the sender
+/// they all receive from: the bookkeeping every listener of announcements keeps (a Redis
+/// node's, a Cluster member's, a simulated node's), whatever it subscribes through.
+#[derive(Debug, Default)]
+pub(crate) struct WatchedChannels {
+    channels: std::collections::HashMap<String, Watched>,
+}
+
+#[derive(Debug)]
+struct Watched {
+    watchers: usize,
+    announcements: broadcast::Sender<Announcement>,
+}
+
+impl WatchedChannels {
+    /// One more watch of `channel`: the receiver of its announcements, and whether it is
+    /// the channel's first (which the listener then subscribes to).
+    pub(crate) fn watch(&mut self, channel: &str) -> (broadcast::Receiver<Announcement>, bool) {
+        let entry = self
+            .channels
+            .entry(channel.to_owned())
+            .or_insert_with(|| Watched {
+                watchers: 0,
+                announcements: broadcast::Sender::new(ANNOUNCEMENTS_KEPT),
+            });
+        entry.watchers += 1;
+        (entry.announcements.subscribe(), entry.watchers == 1)
+    }
+
+    /// One watch of `channel` fewer; whether that was its last (which the listener then
+    /// unsubscribes from).
+    pub(crate) fn unwatch(&mut self, channel: &str) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        entry.watchers -= 1;
+        if entry.watchers > 0 {
+            return false;
+        }
+        self.channels.remove(channel);
+        true
+    }
+
+    /// Hands `announcement` to the watches of `channel`, if it has any.
+    pub(crate) fn announce(&self, channel: &str, announcement: Announcement) {
+        if let Some(entry) = self.channels.get(channel) {
+            // No receiver left is fine: the watch is being dropped.
+            let _ = entry.announcements.send(announcement);
+        }
+    }
+
+    /// The sender of `channel`'s announcements, to announce later (after a delay) to the
+    /// watches of that moment.
+    pub(crate) fn sender(&self, channel: &str) -> Option<broadcast::Sender<Announcement>> {
+        self.channels
+            .get(channel)
+            .map(|entry| entry.announcements.clone())
+    }
+
+    /// Every watched channel.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.channels.keys().map(String::as_str)
     }
 }

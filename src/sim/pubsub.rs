@@ -12,18 +12,13 @@
 //! the coordinator's waiters then fall back to their retry delay, and they can be lost
 //! while the scripts still publish ([`SimNode::lose_announcements`](super::SimNode::lose_announcements)).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::server::Published;
+use crate::node::WatchedChannels;
 use crate::node::{Announcement, ReleaseWatch};
-
-/// How many announcements a watch keeps before it lags (then its waiter tries at once),
-/// as a Redis node's listener keeps.
-const ANNOUNCEMENTS_KEPT: usize = 64;
 
 /// The pub/sub side of one simulated node.
 #[derive(Debug, Default)]
@@ -33,19 +28,17 @@ pub(super) struct PubSub {
     /// Whether published messages vanish before they reach any watch.
     pub(super) losing: bool,
     /// The watched channels and their watches.
-    channels: HashMap<Vec<u8>, broadcast::Sender<Announcement>>,
+    channels: WatchedChannels,
     /// Every message the scripts published, with when, oldest first.
     published: Vec<(Instant, Published)>,
 }
 
 impl PubSub {
-    /// A watch of `channel`: it sees every message published on it from now on.
+    /// A watch of `channel`: it sees every message published on it from now on. A node
+    /// is always subscribed, so a watch registers nothing, and the channel stays watched.
     pub(super) fn watch(&mut self, channel: &str) -> ReleaseWatch {
-        let sender = self
-            .channels
-            .entry(channel.as_bytes().to_vec())
-            .or_insert_with(|| broadcast::Sender::new(ANNOUNCEMENTS_KEPT));
-        ReleaseWatch::new(sender.subscribe(), Box::new(()))
+        let (receiver, _) = self.channels.watch(channel);
+        ReleaseWatch::new(receiver, Box::new(()))
     }
 
     /// Records `messages`, published at `at`, and hands them to the watches of their
@@ -53,10 +46,9 @@ impl PubSub {
     pub(super) fn publish(&mut self, at: Instant, messages: Vec<Published>, delay: Duration) {
         for message in messages {
             if !self.losing {
-                if let Some(sender) = self.channels.get(&message.channel) {
-                    let announcement = announcement(&message.message);
-                    deliver(sender.clone(), announcement, delay);
-                }
+                let channel = String::from_utf8_lossy(&message.channel).into_owned();
+                let announcement = Announcement::from_message(&message.message);
+                deliver(&self.channels, channel, announcement, delay);
             }
             self.published.push((at, message));
         }
@@ -68,26 +60,25 @@ impl PubSub {
     }
 }
 
-/// What a waiter reads in a message, as a Redis node's listener reads it: a waiter's id,
-/// or (empty, unreadable) free for anybody.
-fn announcement(message: &[u8]) -> Announcement {
-    let next_waiter = std::str::from_utf8(message)
-        .ok()
-        .filter(|waiter| !waiter.is_empty())
-        .map(Into::into);
-    Announcement { next_waiter }
-}
-
-/// Sends `announcement` to the watches of `sender` after `delay`.
-fn deliver(sender: broadcast::Sender<Announcement>, announcement: Announcement, delay: Duration) {
-    // No watch left is fine: its waiter is gone.
+/// Hands `announcement` to the watches of `channel` after `delay` (at once when it is
+/// zero), from a task of its own then; the watches are those of that moment.
+fn deliver(
+    channels: &WatchedChannels,
+    channel: String,
+    announcement: Announcement,
+    delay: Duration,
+) {
     if delay.is_zero() {
-        let _ = sender.send(announcement);
+        channels.announce(&channel, announcement);
         return;
     }
+    let Some(sender) = channels.sender(&channel) else {
+        return;
+    };
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         drop(runtime.spawn(async move {
             tokio::time::sleep(delay).await;
+            // No watch left is fine: its waiter is gone.
             let _ = sender.send(announcement);
         }));
     }
