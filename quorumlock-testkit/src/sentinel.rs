@@ -57,6 +57,9 @@ impl SentinelDeployment {
         for replica in &servers[1..] {
             crate::sharded::wait_for_sync(replica).await?;
         }
+        if replicas > 0 {
+            crate::sharded::wait_for_acknowledgements(&servers[0], replicas).await?;
+        }
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-sentinel-")
             .tempdir()?;

@@ -138,22 +138,13 @@ impl ShardedCluster {
         self.settle(|info| field(info, "cluster_state").as_deref() == Some("ok"))
             .await?;
         // Replicas must have synced before a failover test may rely on them, and must
-        // acknowledge writes: a replica whose link is up may not be counted by its master's
-        // `WAIT` yet, and a test that asks for replica acknowledgements would then be
-        // refused its first grant.
+        // acknowledge writes.
         for replica in &self.nodes[self.masters..] {
             wait_for_sync(replica).await?;
         }
         if replicas > 0 {
-            let wanted = i64::try_from(replicas).unwrap_or(i64::MAX);
             for master in &self.nodes[..self.masters] {
-                wait_for(SETTLE_TIMEOUT, "replica acknowledgements", || async {
-                    let mut wait = redis::cmd("WAIT");
-                    wait.arg(wanted).arg(500);
-                    let acknowledged: i64 = query(master, "WAIT", &wait).await?;
-                    Ok(acknowledged >= wanted)
-                })
-                .await?;
+                wait_for_acknowledgements(master, replicas).await?;
             }
         }
         Ok(())
@@ -395,6 +386,23 @@ pub(crate) async fn wait_for_sync(replica: &RedisProcess) -> Result<()> {
         info.arg("replication");
         let text: String = query(replica, "INFO", &info).await?;
         Ok(field(&text, "master_link_status").as_deref() == Some("up"))
+    })
+    .await
+}
+
+/// Waits until `master`'s `WAIT` counts `replicas` replicas: a replica whose link is up
+/// may not be acknowledged yet, and a grant that asks for replica acknowledgements would
+/// then be refused.
+pub(crate) async fn wait_for_acknowledgements(
+    master: &RedisProcess,
+    replicas: usize,
+) -> Result<()> {
+    let wanted = i64::try_from(replicas).unwrap_or(i64::MAX);
+    wait_for(SETTLE_TIMEOUT, "replica acknowledgements", || async {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(wanted).arg(500);
+        let acknowledged: i64 = query(master, "WAIT", &wait).await?;
+        Ok(acknowledged >= wanted)
     })
     .await
 }
