@@ -11,7 +11,7 @@ use quorumlock::sim::SimCluster;
 use quorumlock::{ConfigError, Election, LeaseEnd, LockConfig, LockError};
 use tokio::time::Instant;
 
-use crate::support::{client, cluster, config, TTL};
+use crate::support::{client, cluster, config, spawn_timed, TTL};
 
 /// How often observers ask who leads.
 const OBSERVE_EVERY: Duration = Duration::from_millis(20);
@@ -105,10 +105,7 @@ async fn one_leader_at_a_time_with_increasing_tokens_and_observers_follow() {
     );
     let candidate = {
         let second = second.clone();
-        tokio::spawn(async move {
-            let leadership = second.campaign("host-b").await;
-            (Instant::now(), leadership)
-        })
+        spawn_timed(async move { second.campaign("host-b").await })
     };
     tokio::time::sleep(HAND_OVER).await;
     assert!(!candidate.is_finished(), "elected beside a leader");
@@ -148,10 +145,7 @@ async fn a_candidate_waits_in_line_for_as_long_as_it_campaigns() {
     let second = election(&cluster, "host-b", TTL);
     let leading = first.campaign("host-a").await.unwrap();
     let queue = format!("quorumlock:waiters:{}", leading.guard().key());
-    let candidate = tokio::spawn(async move {
-        let leadership = second.campaign("host-b").await;
-        (Instant::now(), leadership)
-    });
+    let candidate = spawn_timed(async move { second.campaign("host-b").await });
     // Every millisecond over six times the attempts' span: always in line on every node.
     for _ in 0..6 * IN_LINE.as_millis() {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -176,10 +170,7 @@ async fn a_dropped_leader_hands_over_at_once() {
     let first = election(&cluster, "host-a", TTL);
     let second = election(&cluster, "host-b", TTL);
     let leading = first.campaign("host-a").await.unwrap();
-    let candidate = tokio::spawn(async move {
-        let leadership = second.campaign("host-b").await;
-        (Instant::now(), leadership)
-    });
+    let candidate = spawn_timed(async move { second.campaign("host-b").await });
     tokio::time::sleep(HAND_OVER).await;
     assert!(!candidate.is_finished(), "elected beside a leader");
     let queue = format!("quorumlock:waiters:{}", leading.guard().key());

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorumlock::{AutoExtend, DistributedLock, LeaseEnd, LockConfig, LockError};
+use quorumlock::{AutoExtend, DistributedLock, LeaseEnd, LockError};
 use tokio::time::Instant;
 
-use crate::support::{all_keys, client, cluster, config, retrying, TTL};
+use crate::support::{all_keys, client, cluster, config, retrying, slow_nodes, TTL};
 
 #[tokio::test(start_paused = true)]
 async fn auto_extension_keeps_a_lock_alive_past_several_ttls() {
@@ -211,14 +211,8 @@ async fn acquire_timeout_gives_up_at_its_deadline() {
 #[tokio::test(start_paused = true)]
 async fn acquire_timeout_abandons_a_stuck_attempt_without_leaving_keys() {
     let cluster = cluster(5);
-    // Each node is waited for up to 2 s: frozen nodes keep the round open.
-    let slow_nodes = LockConfig::builder()
-        .ttl(Duration::from_secs(30))
-        .node_timeout(Duration::from_secs(2))
-        .retry_count(0)
-        .build()
-        .unwrap();
-    let lock = client(&cluster, "holder", slow_nodes);
+    // Each node is waited for up to 2 s: the slow nodes keep the round open.
+    let lock = client(&cluster, "holder", slow_nodes());
     for i in 0..3 {
         cluster.node(i).lose_replies(true);
     }

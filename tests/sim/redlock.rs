@@ -10,7 +10,7 @@ use quorumlock::sim::SimCluster;
 use quorumlock::{DistributedLock, LockConfig, LockError, LockToken, NodeError};
 use tokio::time::Instant;
 
-use crate::support::{all_keys, client, cluster, config, holding, retrying, TTL};
+use crate::support::{all_keys, client, cluster, config, holding, retrying, slow_nodes, TTL};
 
 /// Takes `resource` at once and releases it; panics if either fails.
 async fn acquire_and_release(lock: &impl DistributedLock, resource: &str) {
@@ -421,14 +421,8 @@ async fn a_frozen_node_does_not_stall_acquisition() {
 #[tokio::test(start_paused = true)]
 async fn a_dropped_acquire_future_leaves_no_key_behind() {
     let cluster = cluster(5);
-    // Each node is waited for up to 2 s: the frozen majority keeps the round open.
-    let slow_nodes = LockConfig::builder()
-        .ttl(Duration::from_secs(30))
-        .node_timeout(Duration::from_secs(2))
-        .retry_count(0)
-        .build()
-        .unwrap();
-    let lock = client(&cluster, "owner", slow_nodes);
+    // Each node is waited for up to 2 s: the slow nodes keep the round open.
+    let lock = client(&cluster, "owner", slow_nodes());
     for i in 0..3 {
         cluster.node(i).set_request_delay(Duration::from_secs(10));
     }

@@ -11,7 +11,7 @@ use quorumlock::sim::{Outcome, SimCluster};
 use quorumlock::{LockError, LockGuard, NodeError, Redlock, RwLock};
 use tokio::time::Instant;
 
-use crate::support::{all_keys, client, cluster, config, holding, retrying, TTL};
+use crate::support::{all_keys, client, cluster, config, holding, retrying, spawn_timed, TTL};
 
 /// The retry delay of a blocked side: exact (no jitter), so that when a waiter gets in
 /// says which attempt let it in.
@@ -128,10 +128,7 @@ async fn a_waiting_writer_keeps_new_readers_out_and_gets_in() {
     let started = Instant::now();
     let writer = {
         let catalog = catalog.clone();
-        tokio::spawn(async move {
-            let guard = catalog.write().await;
-            (Instant::now(), guard)
-        })
+        spawn_timed(async move { catalog.write().await })
     };
     tokio::time::sleep(WAIT).await;
     assert!(!writer.is_finished(), "the writer got in past a reader");
@@ -168,10 +165,7 @@ async fn a_waiting_writer_keeps_new_readers_out_and_gets_in() {
     let started = Instant::now();
     let writer = {
         let lenient = lenient.clone();
-        tokio::spawn(async move {
-            let guard = lenient.write_timeout(Duration::from_millis(300)).await;
-            (Instant::now(), guard)
-        })
+        spawn_timed(async move { lenient.write_timeout(Duration::from_millis(300)).await })
     };
     tokio::time::sleep(WAIT).await;
     assert!(!writer.is_finished(), "the writer got in past a reader");
@@ -202,10 +196,7 @@ async fn a_dropped_reader_lets_the_writer_in_at_once() {
     let started = Instant::now();
     let writer = {
         let catalog = catalog.clone();
-        tokio::spawn(async move {
-            let guard = catalog.write().await;
-            (Instant::now(), guard)
-        })
+        spawn_timed(async move { catalog.write().await })
     };
     tokio::time::sleep(WAIT).await;
     assert!(!writer.is_finished(), "the writer got in past a reader");

@@ -11,7 +11,7 @@ use quorumlock::sim::{Op, Outcome, SimCluster};
 use quorumlock::{LockError, Redlock, Semaphore};
 use tokio::time::Instant;
 
-use crate::support::{client, cluster, config, retrying, TTL};
+use crate::support::{client, cluster, config, retrying, spawn_timed, TTL};
 
 /// The retry delay of a waiter: exact (no jitter), so that when it gets a permit says
 /// which attempt got it.
@@ -138,10 +138,7 @@ async fn a_dropped_permit_is_given_back_for_the_next_waiter() {
     let started = Instant::now();
     let waiter = {
         let uploads = uploads.clone();
-        tokio::spawn(async move {
-            let permit = uploads.acquire().await;
-            (Instant::now(), permit)
-        })
+        spawn_timed(async move { uploads.acquire().await })
     };
     tokio::time::sleep(WAIT).await;
     assert!(!waiter.is_finished(), "the only permit is held");

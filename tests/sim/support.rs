@@ -41,6 +41,17 @@ pub fn retrying(count: u32, delay: Duration, jitter: Duration) -> LockConfig {
         .expect("valid retrying config")
 }
 
+/// A config without retries that waits up to 2 s for each node, with a 30 s TTL: frozen or
+/// slow nodes keep an acquisition round open rather than time out.
+pub fn slow_nodes() -> LockConfig {
+    LockConfig::builder()
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_secs(2))
+        .retry_count(0)
+        .build()
+        .expect("valid slow-nodes config")
+}
+
 /// A lock client of its own over `cluster` (its own connections and client id, as in a
 /// process of its own), its requests logged under `name`.
 pub fn client(cluster: &SimCluster, name: &str, config: LockConfig) -> Redlock {
@@ -85,4 +96,15 @@ pub async fn pending_for<T: Future>(task: &mut Spawn<T>, time: Duration) {
 /// answer in no virtual time unless a delay is set, so a millisecond is plenty.
 pub async fn settle() {
     tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+/// Spawns `work` and returns its task, which answers what `work` gave and the virtual
+/// instant it gave it: when a waiter got its lock, next to when it was released.
+pub fn spawn_timed<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<(tokio::time::Instant, T)> {
+    tokio::spawn(async move {
+        let value = work.await;
+        (tokio::time::Instant::now(), value)
+    })
 }
