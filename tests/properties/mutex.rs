@@ -7,8 +7,8 @@
 //! shrinks failures to a minimal schedule. Each invariant is its own test, named after it;
 //! see `docs/testing-properties.md`.
 //!
-//! - `QUORUMLOCK_PROPTEST_CASES` sets the number of cases per property (default 2,000; use
-//!   100,000 or more for a release check).
+//! - `QUORUMLOCK_PROPTEST_CASES` sets the number of cases per property (default 64, the
+//!   quick budget; `.ci/run` runs 1,000; use 100,000 or more for a release check).
 //! - A failure prints the minimal schedule, the seed and the command that replays it
 //!   (`PROPTEST_RNG_SEED=<seed>`), and is saved under `tests/properties/regressions/`.
 //!

@@ -13,8 +13,9 @@
 //! or more) or tiny (1 or 2 ms, followed by a 3 ms pause), so no decision falls on a
 //! millisecond the two could read differently.
 //!
-//! `QUORUMLOCK_PROPTEST_CASES` sets the number of sequences (default 1,000); a failure is
-//! shrunk to a minimal sequence and kept in `tests/script_host.proptest-regressions`,
+//! `QUORUMLOCK_PROPTEST_CASES` sets the number of sequences (default 200; `.ci/run` runs
+//! 1,000); a failure is shrunk to a minimal sequence and kept in
+//! `tests/servers/script_host.proptest-regressions`,
 //! which later runs try first.
 //!
 //! It can fail: each of these deliberate mutations of the host (one at a time, then
