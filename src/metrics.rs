@@ -143,6 +143,11 @@ pub struct NodeMetrics {
     pub latency_max: Duration,
     /// The last failure's reason, if the node ever failed.
     pub last_error: Option<String>,
+    /// Why the node counts as failed on every request now, without being asked, if it
+    /// does: its server was refused when the connection was made (a replica, a Redis
+    /// Cluster node given as a server, a database that does not exist...). It is retried
+    /// as a node that is down is, and this clears once it is admitted.
+    pub excluded: Option<String>,
 }
 
 impl NodeMetrics {

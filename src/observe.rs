@@ -158,6 +158,7 @@ impl Observed {
                     .unwrap_or_else(PoisonError::into_inner)
                     .as_ref()
                     .map(NodeError::to_string),
+                excluded: None,
             })
             .collect()
     }

@@ -92,22 +92,28 @@ impl Redlock {
     /// [`NodeAddress`](crate::NodeAddress)), or a list of them (see [`IntoNodes`]).
     ///
     /// Connects to every node at once, each within the node set's
-    /// [`connect_timeout`](crate::Nodes::connect_timeout), and asks each server what it is.
+    /// [`connect_timeout`](crate::Nodes::connect_timeout), asks each server what it is, and
+    /// returns as soon as a quorum of them is connected and checked: the others go on
+    /// connecting in the background, and count as failed until their server is checked.
+    ///
     /// Fails with [`LockError::InvalidNode`] when an address does not read (the error says
     /// which part is wrong), when there are no nodes, when TLS options would be ignored,
     /// when a Sentinel-managed master is one member of several without
-    /// [`Nodes::sentinel_members`](crate::Nodes::sentinel_members), and when a server that
-    /// answered cannot be a lock node: when two addresses reach the same server
-    /// (`localhost` and `127.0.0.1`, another database number: servers are told apart by
-    /// their `run_id`, not by URL), a replica, a Redis Cluster node given as a server,
-    /// something other than Redis, or, with fencing, a server that keeps no append-only
-    /// file. Fails with
+    /// [`Nodes::sentinel_members`](crate::Nodes::sentinel_members), and when two addresses
+    /// reach the same server (`localhost` and `127.0.0.1`, another database number:
+    /// servers are told apart by their `run_id`, not by URL). A server that answered but
+    /// cannot be a lock node (a replica, a Redis Cluster node given as a server, something
+    /// other than Redis, a database it does not have, a scheme that does not fit it, or,
+    /// with fencing, a server that keeps no append-only file) counts as failed, with an
+    /// error-level event and [`NodeMetrics::excluded`] saying why; it fails `connect` only
+    /// when too few members are left for a quorum, or, with
+    /// [`Nodes::strict_members`](crate::Nodes::strict_members), always. Fails with
     /// [`LockError::Config`] when the node set's settings do not fit `config` (replica
     /// acknowledgements not below the per-node timeout, a zero connect timeout).
     ///
     /// Nodes that cannot be reached now only count as failed until they come back, and are
     /// checked then: a server that turns out to be another node's, or a replica, still
-    /// counts as failed (and says why in a warning).
+    /// counts as failed (and says why in an error-level event).
     ///
     /// The nodes are named after their URLs, or their clients' addresses, without
     /// credentials (`redis://host:port[/db]`, `rediss://...`; see

@@ -71,6 +71,14 @@ impl ClusterLink {
     }
 
     /// Connects now unless connected, and says why the cluster was not taken into use.
+    /// Why the cluster was refused, while it is down for that reason.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        match &*self.lock_state() {
+            State::Down { why, .. } => why.refusal(),
+            _ => None,
+        }
+    }
+
     pub(crate) async fn connect(&self) -> Result<(), Rejection> {
         self.connection(true).await.map(drop)
     }
@@ -134,7 +142,7 @@ impl ClusterLink {
                     State::Up(_) => 1,
                 };
                 if let Rejection::Refused(refusal) = &why {
-                    tracing::warn!(node = %self.name, %refusal, "cluster refused; it counts as failed");
+                    tracing::error!(node = %self.name, %refusal, "cluster refused; it counts as failed");
                 }
                 *state = State::Down {
                     retry_at: Instant::now() + backoff(failures),
@@ -165,7 +173,7 @@ impl ClusterLink {
                 .client
                 .get_async_connection()
                 .await
-                .map_err(Rejection::Failed)?;
+                .map_err(super::identity::rejection)?;
             let (ids, append_only) = inspect(&mut connection).await?;
             self.admission
                 .admit_cluster(&self.name, ids, append_only)

@@ -2,8 +2,14 @@
 //! at once, with the facts of the deployment the coordinator needs (the key layout).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::identity::{Admission, Rejection};
+use tokio::time::Instant;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+
+use super::identity::{Admission, Refusal, Rejection};
 use super::nodes::Nodes;
 use super::redis_node::{NodeSetup, NodeTimeouts, RedisNode};
 use crate::config::LockConfig;
@@ -20,14 +26,21 @@ pub(crate) struct Connected {
     pub(crate) layout: KeyLayout,
 }
 
-/// The nodes of `nodes` for a lock with `config`, counting into `counters`, connected and
-/// checked at once: a rule of the node set broken (see [`Nodes::check`]), a server that
-/// cannot serve the lock (see [`identity`](super::identity)), or one that another member
-/// reaches too, is an error. A node that cannot be reached now is kept: it counts as
-/// failed until it comes back, and is checked then.
+/// The nodes of `nodes` for a lock with `config` and `quorum`, counting into `counters`,
+/// connected and checked at once. It returns as soon as `quorum` members are connected
+/// and checked (or every member was heard out): the others go on connecting in the
+/// background, and count as failed until their server is checked, so that no server votes
+/// before it is known to be the member's own.
+///
+/// A rule of the node set broken (see [`Nodes::check`]), or two members that reach one
+/// server, is an error. A member whose server cannot serve the lock (see
+/// [`identity`](super::identity)) counts as failed, as a member that cannot be reached
+/// does, unless [`Nodes::strict_members`] asks for an error; and it is an error when too
+/// few members are left to form a quorum.
 pub(crate) async fn connect(
     nodes: &Nodes,
     config: &LockConfig,
+    quorum: usize,
     counters: &Arc<Counters>,
 ) -> Result<Connected, LockError> {
     nodes.check(config)?;
@@ -50,21 +63,7 @@ pub(crate) async fn connect(
         .zip(nodes.clients()?)
         .map(|(address, client)| RedisNode::open(client, address.name().to_owned(), &setup))
         .collect::<Result<_, _>>()?;
-    let checks = futures::future::join_all(made.iter().map(RedisNode::check)).await;
-    for (node, check) in made.iter().zip(checks) {
-        match check {
-            Ok(()) => {}
-            Err(Rejection::Refused(refusal)) => {
-                return Err(LockError::InvalidNode {
-                    node: node.name().to_owned(),
-                    reason: refusal.to_string(),
-                })
-            }
-            Err(Rejection::Failed(reason)) => {
-                tracing::warn!(node = %node.name(), %reason, "node unreachable; it counts as failed until it answers");
-            }
-        }
-    }
+    hear_out(&made, quorum, deployment.strict_members).await?;
     Ok(Connected {
         nodes: made
             .into_iter()
@@ -72,4 +71,82 @@ pub(crate) async fn connect(
             .collect(),
         layout: nodes.layout(),
     })
+}
+
+/// Once a quorum is admitted, the other checks still get as long again as that took, and
+/// at least this: two URLs of one server answer about as fast as each other, so a
+/// duplicate is caught here rather than only counted as failed later, while a frozen node
+/// delays `connect` by no more than the quorum took.
+const ALIAS_GRACE: Duration = Duration::from_millis(10);
+
+/// Checks every node at once, each in a task of its own so that a check still under way
+/// when this returns goes on: until `quorum` of them are admitted and the others had the
+/// grace of [`ALIAS_GRACE`], or all of them have answered (in strict mode, until all have
+/// answered).
+async fn hear_out(nodes: &[RedisNode], quorum: usize, strict: bool) -> Result<(), LockError> {
+    let started = Instant::now();
+    let mut grace_ends: Option<Instant> = None;
+    let mut checks: FuturesUnordered<_> = nodes
+        .iter()
+        .cloned()
+        .map(|node| tokio::spawn(async move { node.check().await }))
+        .zip(nodes.iter().map(RedisNode::name))
+        .map(|(check, name)| check.map(move |outcome| (name, outcome)))
+        .collect();
+    let mut admitted = 0;
+    let mut refused: Vec<(&str, Refusal)> = Vec::new();
+    loop {
+        let next = match grace_ends {
+            Some(end) => match tokio::time::timeout_at(end, checks.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+            None => checks.next().await,
+        };
+        let Some((name, outcome)) = next else {
+            break;
+        };
+        let outcome = outcome.unwrap_or_else(|_| {
+            Err(Rejection::Failed(redis::RedisError::from(
+                std::io::Error::other("the check of the node panicked"),
+            )))
+        });
+        match outcome {
+            Ok(()) => admitted += 1,
+            Err(Rejection::Refused(refusal @ Refusal::SameServer { .. })) => {
+                return Err(invalid(name, &refusal));
+            }
+            Err(Rejection::Refused(refusal)) if strict => return Err(invalid(name, &refusal)),
+            // Said by the node itself, at error level (see `Link::settle`).
+            Err(Rejection::Refused(refusal)) => refused.push((name, refusal)),
+            Err(Rejection::Failed(reason)) => {
+                tracing::warn!(node = %name, %reason, "node unreachable; it counts as failed until it answers");
+            }
+        }
+        if nodes.len() - refused.len() < quorum {
+            let (name, refusal) = &refused[0];
+            let mut error = invalid(name, refusal);
+            if let (LockError::InvalidNode { reason, .. }, true) = (&mut error, nodes.len() > 1) {
+                reason.push_str(&format!(
+                    "; with {} of {} members refused, no quorum of {quorum} can form",
+                    refused.len(),
+                    nodes.len()
+                ));
+            }
+            return Err(error);
+        }
+        if admitted >= quorum && !strict && grace_ends.is_none() {
+            let now = Instant::now();
+            grace_ends = Some(now + (now - started).max(ALIAS_GRACE));
+        }
+    }
+    Ok(())
+}
+
+/// The error of connecting to a member refused for `refusal`.
+fn invalid(node: &str, refusal: &Refusal) -> LockError {
+    LockError::InvalidNode {
+        node: node.to_owned(),
+        reason: refusal.to_string(),
+    }
 }

@@ -22,6 +22,25 @@ pub(crate) enum Connector {
 }
 
 impl Connector {
+    /// The database number of a fixed address's URL; `None` behind a Sentinel.
+    pub(crate) fn database(&self) -> Option<i64> {
+        match self {
+            Connector::Client(client) => Some(client.get_connection_info().redis_settings().db()),
+            Connector::Sentinel(_) => None,
+        }
+    }
+
+    /// The host and port of a fixed `rediss://` address.
+    pub(crate) fn tls_address(&self) -> Option<(String, u16)> {
+        match self {
+            Connector::Client(client) => match client.get_connection_info().addr() {
+                redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+                _ => None,
+            },
+            Connector::Sentinel(_) => None,
+        }
+    }
+
     /// A new connection to the server, with `config`.
     pub(crate) async fn connect(
         &self,

@@ -68,6 +68,9 @@ pub(crate) struct Deployment {
     pub(crate) fencing_on_volatile_nodes: bool,
     /// How long one attempt to (re)connect to a node may take, the server check included.
     pub(crate) connect_timeout: Duration,
+    /// Whether connecting fails on any member whose server cannot serve the lock, rather
+    /// than counting it as failed.
+    pub(crate) strict_members: bool,
 }
 
 /// The default connect timeout: 1 second. A connection is made once and kept, so it can
@@ -83,6 +86,7 @@ impl Default for Deployment {
             sentinel_members: false,
             fencing_on_volatile_nodes: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            strict_members: false,
         }
     }
 }

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
@@ -103,6 +104,15 @@ pub(crate) enum Refusal {
     Volatile { known: bool },
     /// Another node of the same lock reached this very server.
     SameServer { other: String, server: String },
+    /// The server has no database of the URL's number (`SELECT` answered `DB index is
+    /// out of range`); the number, where known.
+    NoDatabase { db: Option<i64> },
+    /// A `redis+cluster://` member whose server is not in cluster mode.
+    NotCluster,
+    /// A `redis+sentinel://` member whose server is not a sentinel.
+    NotSentinel,
+    /// A `rediss://` member whose server speaks plain Redis and no TLS.
+    NotTls,
 }
 
 impl fmt::Display for Refusal {
@@ -136,6 +146,29 @@ impl fmt::Display for Refusal {
                 f,
                 "the same server as node {other} ({server}): one server must not vote \
                  twice in a quorum; list each server once"
+            ),
+            Refusal::NoDatabase { db } => {
+                match db {
+                    Some(db) => write!(f, "database {db} does not exist on this server")?,
+                    None => f.write_str("the URL's database does not exist on this server")?,
+                }
+                f.write_str(
+                    " (SELECT: DB index is out of range); a server has databases 0 to its \
+                     `databases` setting minus one, 0 to 15 by default",
+                )
+            }
+            Refusal::NotCluster => f.write_str(
+                "not a Redis Cluster node (cluster support disabled); write a standalone \
+                 server as `redis://host:port`",
+            ),
+            Refusal::NotSentinel => f.write_str(
+                "not a Redis Sentinel (the address does not point to a sentinel node); give \
+                 a sentinel's address and the master's name, \
+                 `redis+sentinel://sentinel:26379/name`, or the server as `redis://`",
+            ),
+            Refusal::NotTls => f.write_str(
+                "the server does not speak TLS (it answered plain Redis on that port); use \
+                 `redis://` for it, or its TLS port (`tls-port`)",
             ),
         }
     }
@@ -234,6 +267,15 @@ pub(crate) enum Rejection {
 }
 
 impl Rejection {
+    /// The refusal, said as a node's [`excluded`](crate::NodeMetrics::excluded) reason, if
+    /// the server was refused rather than not reached.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        match self {
+            Rejection::Refused(refusal) => Some(refusal.to_string()),
+            Rejection::Failed(_) => None,
+        }
+    }
+
     /// The error a request gets while the node is in this state.
     pub(crate) fn error(&self) -> RedisError {
         match self {
@@ -293,13 +335,40 @@ pub(crate) async fn inspect(
     }
 }
 
-/// What a failed connection attempt or handshake means.
+/// What a failed connection attempt or handshake means: a refusal where the server's
+/// answer shows the address cannot be right whatever the network does (not Redis, no
+/// such database, not the kind of server the URL's scheme says), else a failure that a
+/// retry may mend.
 pub(crate) fn rejection(err: RedisError) -> Rejection {
     if err.kind() == ErrorKind::Parse {
-        Rejection::Refused(Refusal::NotRedis(err.to_string()))
-    } else {
-        Rejection::Failed(err)
+        return Rejection::Refused(Refusal::NotRedis(err.to_string()));
     }
+    let message = err.to_string();
+    let refusal = if message.contains("DB index is out of range") {
+        Refusal::NoDatabase { db: None }
+    } else if message.contains("cluster support disabled") {
+        Refusal::NotCluster
+    } else if message.contains("does not point to a sentinel") {
+        Refusal::NotSentinel
+    } else {
+        return Rejection::Failed(err);
+    };
+    Rejection::Refused(refusal)
+}
+
+/// Whether the server at `host:port` answers a plain-text `PING` within `budget`, as a
+/// Redis server without TLS does (`+PONG`, or an error such as `-NOAUTH`): asked when a
+/// TLS connection to it failed, to say why.
+pub(crate) async fn speaks_plain_redis(host: &str, port: u16, budget: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 8];
+        let read = stream.read(&mut reply).await.ok()?;
+        Some(matches!(reply.get(..read.min(1)), Some([b'+' | b'-'])))
+    };
+    matches!(tokio::time::timeout(budget, probe).await, Ok(Some(true)))
 }
 
 async fn query(

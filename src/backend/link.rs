@@ -138,6 +138,14 @@ impl Link {
         self.open.load(Ordering::Relaxed) && self.in_line.load(Ordering::SeqCst) == 0
     }
 
+    /// Why the server was refused, while the link is down for that reason.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        match &*self.lock_state() {
+            State::Down { why, .. } => why.refusal(),
+            _ => None,
+        }
+    }
+
     /// Connects now unless connected or connecting, and waits for the outcome: `Err` with
     /// why the connection was not taken into use.
     pub(crate) async fn connect(self: &Arc<Self>) -> Result<(), Rejection> {
@@ -177,7 +185,20 @@ impl Link {
     pub(crate) async fn send(self: Arc<Self>, command: &Cmd, now: Instant) -> RedisResult<Value> {
         if self.in_line.load(Ordering::SeqCst) == 0 {
             if let Some((mut connection, generation)) = self.open_connection(now) {
-                return self.finish(connection.send_packed_command(command).await, generation);
+                let reply = connection.send_packed_command(command);
+                tokio::pin!(reply);
+                match futures::poll!(reply.as_mut()) {
+                    // Refused on its first poll: the connection's task had already ended
+                    // (the server restarted, or reset the connection), so the command was
+                    // never written and cannot have run. It gets one prompt reconnect: it
+                    // joins the line in this same poll, ahead of every request made after
+                    // it, so nothing it should precede can overtake it.
+                    Poll::Ready(Err(err)) if is_broken(&err) => {
+                        let _ = self.finish(Err(err), generation);
+                    }
+                    Poll::Ready(reply) => return self.finish(reply, generation),
+                    Poll::Pending => return self.finish(reply.await, generation),
+                }
             }
         }
         let place = InLine::join(&self.in_line);
@@ -373,7 +394,7 @@ impl Link {
                 .map_err(Rejection::Refused)?;
             Ok(connection)
         };
-        match tokio::time::timeout(self.settings.connect_timeout, attempt).await {
+        let outcome = match tokio::time::timeout(self.settings.connect_timeout, attempt).await {
             Ok(outcome) => outcome,
             Err(_) => Err(Rejection::Failed(RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -382,6 +403,30 @@ impl Link {
                     self.settings.connect_timeout
                 ),
             )))),
+        };
+        match outcome {
+            Err(Rejection::Refused(Refusal::NoDatabase { db: None })) => {
+                Err(Rejection::Refused(Refusal::NoDatabase {
+                    db: self.client.database(),
+                }))
+            }
+            // A plain server on a `rediss://` port never answers the TLS handshake (it
+            // waits for the end of a command line): a quarter of the connect timeout asks
+            // it in plain text whether that is why.
+            Err(Rejection::Failed(err)) => match self.client.tls_address() {
+                Some((host, port))
+                    if identity::speaks_plain_redis(
+                        &host,
+                        port,
+                        self.settings.connect_timeout / 4,
+                    )
+                    .await =>
+                {
+                    Err(Rejection::Refused(Refusal::NotTls))
+                }
+                _ => Err(Rejection::Failed(err)),
+            },
+            outcome => outcome,
         }
     }
 
@@ -413,9 +458,10 @@ impl Link {
         self.changed.notify_waiters();
     }
 
-    /// Warns that the server was refused, once for each new reason: a node that keeps
-    /// reaching a server it must not count (a duplicate, a replica after a failover) counts
-    /// as failed on every request, and says why only when that changes.
+    /// Says that the server was refused, at error level (a member that cannot serve is a
+    /// mistake of the deployment, not a passing fault), once for each new reason: a node
+    /// that keeps reaching a server it must not count (a duplicate, a replica after a
+    /// failover) counts as failed on every request, and says why only when that changes.
     fn warn_refused(&self, refusal: &Refusal) {
         let reason = refusal.to_string();
         let mut said = self
@@ -423,7 +469,7 @@ impl Link {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if said.as_deref() != Some(reason.as_str()) {
-            tracing::warn!(node = %self.name, %refusal, "node refused; it counts as failed");
+            tracing::error!(node = %self.name, %refusal, "node refused; it counts as failed");
             *said = Some(reason);
         }
     }

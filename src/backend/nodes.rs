@@ -139,6 +139,18 @@ impl Nodes {
         self.with(|deployment| deployment.connect_timeout = timeout)
     }
 
+    /// Whether [`connect`](crate::Redlock::connect) fails on any member whose server
+    /// cannot serve the lock: a replica, a Redis Cluster node given as a server, a server
+    /// that is not Redis, a database that does not exist, a server without an append-only
+    /// file under fencing. Off (the default), such a member counts as failed, as it would
+    /// if it turned into one later: an error-level event names it, its
+    /// [`NodeMetrics::excluded`](crate::NodeMetrics::excluded) says why, and connect fails
+    /// only when the other members cannot form a quorum. Two members that reach one
+    /// server fail connect either way: that rule keeps one vote per server.
+    pub fn strict_members(self, strict: bool) -> Self {
+        self.with(|deployment| deployment.strict_members = strict)
+    }
+
     /// This set with `change` made to its deployment facts.
     fn with(mut self, change: impl FnOnce(&mut Deployment)) -> Self {
         change(&mut self.deployment);

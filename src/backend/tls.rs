@@ -52,9 +52,24 @@ impl TlsOptions {
         self
     }
 
-    /// [`ca_pem`](Self::ca_pem) with the contents of the file at `path`.
+    /// [`ca_pem`](Self::ca_pem) with the contents of the file at `path`. Fails, before
+    /// any connection, when the file cannot be read or holds no PEM certificate (a key, a
+    /// DER file, an empty file): every verification would fail later, with a handshake
+    /// error that does not name the file.
     pub fn ca_file(self, path: impl AsRef<Path>) -> std::io::Result<Self> {
-        Ok(self.ca_pem(read(path.as_ref())?))
+        let path = path.as_ref();
+        let pem = read(path)?;
+        if certificates_in(&pem) == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "no certificate in {}: a CA file holds PEM certificates \
+                     (-----BEGIN CERTIFICATE-----)",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(self.ca_pem(pem))
     }
 
     /// Presents the client certificate `cert` (PEM, its chain may follow) with its private
@@ -144,6 +159,14 @@ impl fmt::Debug for TlsOptions {
     }
 }
 
+/// How many PEM certificates `pem` holds.
+fn certificates_in(pem: &[u8]) -> usize {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .filter(Result::is_ok)
+        .count()
+}
+
 fn read(path: &Path) -> std::io::Result<Vec<u8>> {
     std::fs::read(path).map_err(|err| {
         std::io::Error::new(err.kind(), format!("cannot read {}: {err}", path.display()))
@@ -176,6 +199,19 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("rediss://"), "{err}");
         assert!(!err.to_string().contains("pw@"), "{err}");
+    }
+
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused_naming_it() {
+        let dir = std::env::temp_dir().join(format!("quorumlock-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = TlsOptions::new().ca_file(&empty).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("no certificate in"), "{err}");
+        assert!(err.to_string().contains("empty.pem"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

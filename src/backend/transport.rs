@@ -63,6 +63,14 @@ impl Transport {
         matches!(self, Transport::Server(_))
     }
 
+    /// Why the server was refused, while the node counts as failed for that reason.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        match self {
+            Transport::Server(link) => link.refusal(),
+            Transport::Cluster(link) => link.refusal(),
+        }
+    }
+
     /// Connects now and checks who answers.
     pub(crate) async fn connect(&self) -> Result<(), Rejection> {
         match self {

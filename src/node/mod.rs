@@ -88,6 +88,13 @@ pub trait LockNode: Send + Sync + fmt::Debug {
         NodeHints::new()
     }
 
+    /// Why the node counts as failed on every request now without being asked, if it
+    /// does: its server was refused (a replica, say), for
+    /// [`NodeMetrics::excluded`](crate::NodeMetrics::excluded). The default says nothing.
+    fn excluded(&self) -> Option<String> {
+        None
+    }
+
     /// Sends `request` to the node and answers with the node's reply: the reply its
     /// variant documents, or [`Unsupported`](NodeReply::Unsupported) for a request this
     /// node does not implement.

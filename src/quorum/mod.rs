@@ -161,7 +161,8 @@ impl Coordinator {
         config: LockConfig,
     ) -> Result<Self, LockError> {
         let counters = Arc::default();
-        let connected = crate::backend::connect(nodes, &config, &counters).await?;
+        let quorum = quorum_of(nodes.len());
+        let connected = crate::backend::connect(nodes, &config, quorum, &counters).await?;
         let mut coordinator = Self::with_counters(connected.nodes, config, counters)?;
         coordinator.layout = connected.layout;
         Ok(coordinator)
@@ -210,7 +211,11 @@ impl Coordinator {
     }
 
     pub(crate) fn node_metrics(&self) -> Vec<NodeMetrics> {
-        self.observed.snapshot()
+        let mut metrics = self.observed.snapshot();
+        for (node, metrics) in self.nodes.iter().zip(&mut metrics) {
+            metrics.excluded = node.excluded();
+        }
+        metrics
     }
 
     /// Whether `other` runs on the very same node connections.

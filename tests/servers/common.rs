@@ -353,3 +353,13 @@ pub async fn node_command(node: &RedisProcess, args: &[&str]) {
         .await
         .expect("direct command");
 }
+
+/// The node and reason of an `InvalidNode` error, or a panic naming what came instead.
+pub fn invalid_node<T: std::fmt::Debug>(
+    result: Result<T, quorumlock::LockError>,
+) -> (String, String) {
+    match result {
+        Err(quorumlock::LockError::InvalidNode { node, reason }) => (node, reason),
+        other => panic!("expected InvalidNode, got {other:?}"),
+    }
+}

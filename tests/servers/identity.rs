@@ -6,18 +6,10 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::common::{cluster, config, node_command, TTL};
+use crate::common::{cluster, config, invalid_node, node_command, TTL};
 use quorumlock::{LockError, RedisLock, Redlock};
 use quorumlock_testkit::FaultProxy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// The reason of an `InvalidNode` error, or a panic naming what came instead.
-fn invalid_node<T: std::fmt::Debug>(result: Result<T, LockError>) -> (String, String) {
-    match result {
-        Err(LockError::InvalidNode { node, reason }) => (node, reason),
-        other => panic!("expected InvalidNode, got {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn two_urls_of_one_server_are_refused_naming_both() {

@@ -13,6 +13,7 @@ mod acl_user;
 mod chaos;
 mod cohort;
 mod compat;
+mod connect;
 mod delivery;
 mod election;
 mod fairness;

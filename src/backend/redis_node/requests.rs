@@ -34,6 +34,12 @@ impl LockNode for RedisNode {
             .applies_in_order(self.link.applies_in_order())
     }
 
+    /// A server refused when its connection was made (see
+    /// [`identity`](crate::backend::identity)).
+    fn excluded(&self) -> Option<String> {
+        self.link.refusal()
+    }
+
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
         // The rare branches (watches, replica acknowledgements) are boxed: inline, they
         // made this future, copied into its box on every request, 3.2 KB instead of 0.7.
