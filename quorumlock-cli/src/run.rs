@@ -14,7 +14,7 @@ use crate::exit::{command_status_code, CliError, Kind};
 use crate::guardian::Guardian;
 use crate::hold::Hold;
 use crate::nodes::{check_urls, node_urls};
-use crate::output::{failures, Event, Output, TallyJson};
+use crate::output::{failures, Event, FailureJson, Output, TallyJson};
 use crate::signal::{
     adopt_orphans, in_terminal_foreground, terminal_generated, OnLost, Signal, Target,
 };
@@ -38,6 +38,9 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     let node_timeout = config.node_timeout();
     let nodes =
         check_urls(global, &urls)?.fencing_on_volatile_nodes(args.fencing_on_volatile_nodes);
+    // The wait a user sees includes connecting: a slow node can cost more there than in
+    // the acquisition itself.
+    let waiting_since = Instant::now();
     let lock = Redlock::connect(nodes, config)
         .await
         .map_err(|error| CliError::from_lock(&error))?;
@@ -57,7 +60,6 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
         }),
         None => out.note(|| format!("taking {resource:?} on {} node(s)", urls.len())),
     }
-    let waiting_since = Instant::now();
     let acquisition = Hold::of(args).take(&lock, resource, args.wait);
     let mut guard = tokio::select! {
         acquired = acquisition => acquired.map_err(|error| {
@@ -84,7 +86,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
         .auto_extend(extend)
         .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
     report_acquired(&guard, &lock, acquired_at - waiting_since, out);
-    report_degraded(&guard, out);
+    report_degraded(&guard, &lock, out);
 
     let own_group = !args.foreground;
     if own_group {
@@ -190,34 +192,46 @@ fn report_acquired(guard: &LockGuard, lock: &Redlock, waited: Duration, out: Out
     });
 }
 
-/// Warns, in one line, when the quorum was reached with nodes failing: the lock holds,
-/// but fewer further failures would lose it, which an operator wants to hear before they
+/// Warns, in one line, when the quorum was reached with nodes failing, or with members
+/// whose server cannot serve the lock (a replica, a database it does not have: see
+/// [`NodeMetrics::excluded`](quorumlock::NodeMetrics::excluded)): the lock holds, but
+/// fewer further failures would lose it, which an operator wants to hear before they
 /// happen.
-fn report_degraded(guard: &LockGuard, out: Output) {
+fn report_degraded(guard: &LockGuard, lock: &Redlock, out: Output) {
     let tally = guard.tally();
-    if tally.failures.is_empty() {
+    let mut failed = failures(tally);
+    for node in lock.node_metrics() {
+        if let Some(reason) = node.excluded {
+            if !failed.iter().any(|failure| failure.node == node.node) {
+                failed.push(FailureJson {
+                    node: node.node,
+                    error: format!("refused: {reason}"),
+                });
+            }
+        }
+    }
+    if failed.is_empty() {
         return;
     }
+    let text = failed
+        .iter()
+        .map(|failure| format!("{} failed: {}", failure.node, failure.error))
+        .collect::<Vec<_>>()
+        .join("; ");
     let event = Event::Degraded {
         resource: guard.resource().to_owned(),
         granted: tally.granted,
         nodes: tally.nodes,
         quorum: tally.quorum,
-        failed: failures(tally),
+        failed,
     };
     out.degraded(&event, || {
-        let failed: Vec<String> = tally
-            .failures
-            .iter()
-            .map(|failure| format!("{} failed: {}", failure.node, failure.error))
-            .collect();
         format!(
-            "warning: acquired {:?} on {} of {} nodes (quorum {}); {}",
+            "warning: acquired {:?} on {} of {} nodes (quorum {}); {text}",
             guard.resource(),
             tally.granted,
             tally.nodes,
             tally.quorum,
-            failed.join("; ")
         )
     });
 }

@@ -13,6 +13,7 @@
 mod acl;
 mod bench;
 mod cluster;
+mod members;
 mod run;
 mod shared_and_permits;
 mod support;
