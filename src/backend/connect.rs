@@ -43,6 +43,24 @@ pub(crate) async fn connect(
     quorum: usize,
     counters: &Arc<Counters>,
 ) -> Result<Connected, LockError> {
+    let made = open_all(nodes, config, counters)?;
+    hear_out(&made, quorum, nodes.deployment().strict_members).await?;
+    Ok(Connected {
+        nodes: made
+            .into_iter()
+            .map(|node| Arc::new(node) as Arc<dyn LockNode>)
+            .collect(),
+        layout: nodes.layout(),
+    })
+}
+
+/// A node for each member of `nodes`, for a lock with `config`, not connected yet: the
+/// node set's rules checked first (see [`Nodes::check`]).
+fn open_all(
+    nodes: &Nodes,
+    config: &LockConfig,
+    counters: &Arc<Counters>,
+) -> Result<Vec<RedisNode>, LockError> {
     nodes.check(config)?;
     let deployment = nodes.deployment();
     let setup = NodeSetup {
@@ -57,20 +75,66 @@ pub(crate) async fn connect(
         announce: config.notify_releases(),
         replica_acks: deployment.replica_acks,
     };
-    let made: Vec<RedisNode> = nodes
+    nodes
         .addresses()
         .iter()
         .zip(nodes.clients()?)
         .map(|(address, client)| RedisNode::open(client, address.name().to_owned(), &setup))
-        .collect::<Result<_, _>>()?;
-    hear_out(&made, quorum, deployment.strict_members).await?;
-    Ok(Connected {
-        nodes: made
-            .into_iter()
-            .map(|node| Arc::new(node) as Arc<dyn LockNode>)
-            .collect(),
-        layout: nodes.layout(),
-    })
+        .collect()
+}
+
+/// How one member of a node set stands, as a lock connecting to it now would find it
+/// ([`check_members`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemberCheck {
+    /// Connected, and its server may vote.
+    Admitted,
+    /// Not connected within the connect timeout (down, unreachable, a wrong password): the
+    /// error. A lock counts it as failed until it answers.
+    Unreachable(String),
+    /// Its server answered but cannot serve the lock (a replica, a Redis Cluster node
+    /// given as a server, the same server as an earlier member, a database it does not
+    /// have...): why. A lock counts it as failed (see [`Nodes::strict_members`]).
+    Refused(String),
+}
+
+/// Connects to every member of `nodes` once, as a lock with `config` would (the same
+/// checks of who answers, the same rule of one vote per server: of two URLs of one
+/// server, whichever answers later is refused), waits for each (all at once, each within
+/// the connect timeout) and says how each stands: for operator
+/// tools (`quorumlock status`) that read the nodes with clients of their own and must not
+/// count a member a lock would not. Fails only on the rules of the node set itself (see
+/// [`Redlock::connect`](crate::Redlock::connect)). The connections are dropped on return.
+///
+/// ```no_run
+/// use quorumlock::backend::{check_members, MemberCheck};
+/// use quorumlock::{LockConfig, Nodes};
+///
+/// # async fn run() -> Result<(), quorumlock::LockError> {
+/// let nodes = Nodes::new(["redis://a:6379", "redis://b:6379", "redis://c:6379"])?;
+/// for (address, check) in nodes.addresses().iter().zip(check_members(&nodes, &LockConfig::default()).await?) {
+///     if let MemberCheck::Refused(why) = check {
+///         eprintln!("{}: {why}", address.name());
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn check_members(
+    nodes: &Nodes,
+    config: &LockConfig,
+) -> Result<Vec<MemberCheck>, LockError> {
+    let made = open_all(nodes, config, &Arc::default())?;
+    let checks = futures::future::join_all(made.iter().map(RedisNode::check)).await;
+    Ok(checks
+        .into_iter()
+        .map(|check| match check {
+            Ok(()) => MemberCheck::Admitted,
+            Err(Rejection::Refused(refusal)) => MemberCheck::Refused(refusal.to_string()),
+            Err(Rejection::Failed(error)) => MemberCheck::Unreachable(error.to_string()),
+        })
+        .collect())
 }
 
 /// Once a quorum is admitted, the other checks still get as long again as that took, and

@@ -47,6 +47,7 @@ mod unawaited;
 
 pub use self::address::{IntoNodeAddress, NodeAddress};
 pub(crate) use self::connect::connect;
+pub use self::connect::{check_members, MemberCheck};
 pub use self::deployment::ReplicaAcks;
 pub use self::names::{client_name, mask_password, redact_url};
 pub use self::node_client::NodeClient;

@@ -139,7 +139,8 @@ impl WatchedChannels {
     }
 
     /// The sender of `channel`'s announcements, to announce later (after a delay) to the
-    /// watches of that moment.
+    /// watches of that moment: the simulation's delayed announcements.
+    #[cfg(feature = "test-util")]
     pub(crate) fn sender(&self, channel: &str) -> Option<broadcast::Sender<Announcement>> {
         self.channels
             .get(channel)
