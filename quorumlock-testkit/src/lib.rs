@@ -12,8 +12,8 @@
 //!   `SIGSTOP` / `SIGCONT`; connections are accepted but nothing is answered,
 //!   which is what a partitioned or stalled node looks like to a client.
 //! * [`restart`](RedisProcess::restart): back on the same port and directory;
-//!   empty with [`Persistence::None`] (the default), with its data under
-//!   [`Persistence::AppendFsyncAlways`].
+//!   with its data under [`Persistence::AppendFsyncAlways`] (the default), empty with
+//!   [`Persistence::None`].
 //! * [`debug_sleep`](RedisProcess::debug_sleep): a slow node (`DEBUG SLEEP`).
 //!
 //! Direct-assertion helpers ([`RedisProcess::get`], [`pttl`](RedisProcess::pttl),

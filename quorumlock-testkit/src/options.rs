@@ -7,14 +7,20 @@ use std::path::PathBuf;
 use crate::tls::TestCertificates;
 
 /// Durability of a node's data across a kill and restart.
+///
+/// The default is [`AppendFsyncAlways`](Self::AppendFsyncAlways): what a lock node should
+/// run with, and what a lock trusts right after the node starts (a lock's restart
+/// abstention keeps a server without it out of the quorum for the longest lease after it
+/// starts). The process backend keeps its nodes' directories on `/dev/shm` where there is
+/// one, so that fsyncing every write costs tests next to nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Persistence {
     /// No RDB snapshots, no AOF (`--save "" --appendonly no`): a restarted node
     /// comes back empty.
-    #[default]
     None,
     /// AOF with `appendfsync always`: every acknowledged write survives a
     /// `SIGKILL` and is reloaded on restart.
+    #[default]
     AppendFsyncAlways,
 }
 

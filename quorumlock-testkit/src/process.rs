@@ -66,9 +66,7 @@ impl RedisProcess {
         options: NodeOptions,
         port: u16,
     ) -> Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("quorumlock-redis-")
-            .tempdir()?;
+        let dir = node_dir()?;
         let mut node = RedisProcess {
             binary,
             tls_port: None,
@@ -474,6 +472,21 @@ fn tail(text: &str, lines: usize) -> String {
         return "(log is empty)".to_owned();
     }
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A node's directory: on `/dev/shm` (memory) where it exists, so that an append-only
+/// file fsynced on every write costs little, else in the temporary directory. A restart
+/// of the process still finds its files; only the machine's reboot would lose them.
+fn node_dir() -> std::io::Result<TempDir> {
+    let shm = Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("quorumlock-redis-");
+    if shm.is_dir() {
+        if let Ok(dir) = builder.tempdir_in(shm) {
+            return Ok(dir);
+        }
+    }
+    builder.tempdir()
 }
 
 #[cfg(test)]

@@ -68,9 +68,10 @@ fn open_all(
             connect: deployment.connect_timeout,
             request: config.node_timeout(),
         },
-        admission: Arc::new(Admission::new(
-            config.fencing() && !deployment.fencing_on_volatile_nodes,
-        )),
+        admission: Arc::new(
+            Admission::new(config.fencing() && !deployment.fencing_on_volatile_nodes)
+                .restart_window(deployment.restart_window(config)),
+        ),
         counters: Arc::clone(counters),
         announce: config.notify_releases(),
         replica_acks: deployment.replica_acks,
@@ -97,6 +98,10 @@ pub enum MemberCheck {
     /// given as a server, the same server as an earlier member, a database it does not
     /// have...): why. A lock counts it as failed (see [`Nodes::strict_members`]).
     Refused(String),
+    /// Its server may serve the lock, but started too recently without a durable
+    /// append-only file (see [`Nodes::restart_abstention`]): why, and for how long. A lock
+    /// counts it as failed until then.
+    Abstaining(String),
 }
 
 /// Connects to every member of `nodes` once, as a lock with `config` would (the same
@@ -133,6 +138,9 @@ pub async fn check_members(
             Ok(()) => MemberCheck::Admitted,
             Err(Rejection::Refused(refusal)) => MemberCheck::Refused(refusal.to_string()),
             Err(Rejection::Failed(error)) => MemberCheck::Unreachable(error.to_string()),
+            Err(Rejection::Abstaining(abstention)) => {
+                MemberCheck::Abstaining(abstention.to_string())
+            }
         })
         .collect())
 }
@@ -186,6 +194,8 @@ async fn hear_out(nodes: &[RedisNode], quorum: usize, strict: bool) -> Result<()
             Err(Rejection::Failed(reason)) => {
                 tracing::warn!(node = %name, %reason, "node unreachable; it counts as failed until it answers");
             }
+            // Said by the node itself, once per abstention (see `Link::settle`).
+            Err(Rejection::Abstaining(_)) => {}
         }
         if nodes.len() - refused.len() < quorum {
             let (name, refusal) = &refused[0];

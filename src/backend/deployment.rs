@@ -71,6 +71,11 @@ pub(crate) struct Deployment {
     /// Whether connecting fails on any member whose server cannot serve the lock, rather
     /// than counting it as failed.
     pub(crate) strict_members: bool,
+    /// Whether a server that started less than the longest lease ago, without a durable
+    /// append-only file, abstains until it is that old.
+    pub(crate) restart_abstention: bool,
+    /// The longest lease any client of these nodes takes; `None`: the lock's TTL.
+    pub(crate) longest_lease: Option<Duration>,
 }
 
 /// The default connect timeout: 1 second. A connection is made once and kept, so it can
@@ -87,11 +92,24 @@ impl Default for Deployment {
             fencing_on_volatile_nodes: false,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             strict_members: false,
+            restart_abstention: true,
+            longest_lease: None,
         }
     }
 }
 
 impl Deployment {
+    /// How long after it started a server without a durable append-only file abstains,
+    /// for a lock with `config`: the longest lease (its TTL unless set) plus that lease's
+    /// drift allowance; `None` with restart abstention off.
+    pub(crate) fn restart_window(&self, config: &LockConfig) -> Option<Duration> {
+        if !self.restart_abstention {
+            return None;
+        }
+        let lease = self.longest_lease.unwrap_or(config.ttl());
+        Some(lease.saturating_add(config.drift_allowance_for(lease)))
+    }
+
     /// Checks the facts that must fit the lock's configuration: a connect timeout that
     /// lets a connection be made, and replica acknowledgements of at least one replica,
     /// within whole milliseconds below the per-node timeout.

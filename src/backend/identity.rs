@@ -58,6 +58,11 @@ pub(crate) struct ServerFacts {
     pub(crate) append_only: Option<bool>,
     /// `tcp_port` of `INFO server`, to name the server in messages.
     pub(crate) port: Option<String>,
+    /// `uptime_in_seconds` of `INFO server`: how long ago the server process started.
+    pub(crate) uptime: Option<Duration>,
+    /// Whether the append-only file is fsynced on every write (`CONFIG GET appendfsync`
+    /// answers `always`); `None` when the server keeps none, or would not say.
+    pub(crate) fsync_always: Option<bool>,
     /// Whether `INFO` was denied, so that the fallback is reported once.
     pub(crate) info_denied: bool,
 }
@@ -76,6 +81,9 @@ impl ServerFacts {
                 "cluster_enabled" => facts.cluster = value == "1",
                 "aof_enabled" => facts.append_only = Some(value == "1"),
                 "tcp_port" => facts.port = Some(value.to_owned()),
+                "uptime_in_seconds" => {
+                    facts.uptime = value.parse().ok().map(Duration::from_secs);
+                }
                 _ => {}
             }
         }
@@ -180,6 +188,9 @@ impl fmt::Display for Refusal {
 pub(crate) struct Admission {
     /// Whether each server must keep an append-only file (fencing on, not opted out).
     pub(crate) needs_persistence: bool,
+    /// How long after it started a server without a durable append-only file abstains:
+    /// the longest lease plus its drift allowance; `None` when restarts are trusted.
+    pub(crate) restart_window: Option<Duration>,
     /// The servers each node reached last, by node name: one, or every node of a cluster.
     servers: Mutex<HashMap<String, Vec<ServerId>>>,
 }
@@ -189,8 +200,52 @@ impl Admission {
     pub(crate) fn new(needs_persistence: bool) -> Self {
         Admission {
             needs_persistence,
+            restart_window: None,
             servers: Mutex::default(),
         }
+    }
+
+    /// This admission, with servers younger than `window` that keep no durable
+    /// append-only file abstaining until they are that old (`None`: never).
+    pub(crate) fn restart_window(mut self, window: Option<Duration>) -> Self {
+        self.restart_window = window;
+        self
+    }
+
+    /// Whether a server that reported `facts` must abstain, and for how much longer: it
+    /// started less than the restart window ago (a restart, or a first boot, which a
+    /// client cannot tell apart) and does not keep an append-only file fsynced on every
+    /// write, so it may have come back without the keys of leases it granted that are
+    /// still valid. The uptime is counted in whole seconds, so a second is added.
+    pub(crate) fn abstention(&self, facts: &ServerFacts) -> Option<Abstention> {
+        let window = self.restart_window?;
+        let durable = facts.append_only == Some(true) && facts.fsync_always == Some(true);
+        if durable {
+            return None;
+        }
+        // A server that would not say its uptime (INFO denied) cannot be checked; the
+        // warning about INFO says so.
+        let uptime = facts.uptime?;
+        let remaining = window
+            .saturating_add(Duration::from_secs(1))
+            .checked_sub(uptime)
+            .filter(|remaining| !remaining.is_zero())?;
+        Some(Abstention {
+            remaining,
+            uptime,
+            window,
+            why: match (facts.append_only, facts.fsync_always) {
+                (Some(true), None) => {
+                    "keeps an append-only file but would not say whether \
+                                       it is fsynced on every write (CONFIG GET appendfsync)"
+                }
+                (Some(true), _) => {
+                    "keeps an append-only file that is not fsynced on every \
+                                    write (appendfsync is not always)"
+                }
+                _ => "keeps no append-only file",
+            },
+        })
     }
 
     /// Whether `node`, having reached a server that reported `facts`, may serve the lock;
@@ -255,6 +310,37 @@ impl Admission {
     }
 }
 
+/// Why a server that may serve the lock does not yet: it started too recently to be
+/// trusted with the keys of leases it granted before (see [`Admission::abstention`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Abstention {
+    /// How much longer it abstains.
+    pub(crate) remaining: Duration,
+    /// How long ago it started.
+    pub(crate) uptime: Duration,
+    /// The longest lease plus its drift allowance.
+    pub(crate) window: Duration,
+    /// What it lacks.
+    pub(crate) why: &'static str,
+}
+
+impl fmt::Display for Abstention {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "abstains for another {:.1} s: it started {} s ago and {}, so it may have \
+             restarted without the keys of leases it granted; it votes again once it is \
+             older than the longest lease plus drift ({:.1} s; Nodes::longest_lease sets the \
+             lease, appendfsync always or Nodes::restart_abstention(false) lifts it; \
+             docs/safety.md, \"Restarts\")",
+            self.remaining.as_secs_f64(),
+            self.uptime.as_secs(),
+            self.why,
+            self.window.as_secs_f64(),
+        )
+    }
+}
+
 /// Why a new connection was not taken into use.
 #[derive(Debug, Clone)]
 pub(crate) enum Rejection {
@@ -264,6 +350,8 @@ pub(crate) enum Rejection {
     Failed(RedisError),
     /// The server answered, but cannot serve the lock.
     Refused(Refusal),
+    /// The server may serve the lock, but not before some time has passed.
+    Abstaining(Abstention),
 }
 
 impl Rejection {
@@ -272,6 +360,7 @@ impl Rejection {
     pub(crate) fn refusal(&self) -> Option<String> {
         match self {
             Rejection::Refused(refusal) => Some(refusal.to_string()),
+            Rejection::Abstaining(abstention) => Some(abstention.to_string()),
             Rejection::Failed(_) => None,
         }
     }
@@ -284,6 +373,10 @@ impl Rejection {
                 std::io::ErrorKind::NotConnected,
                 format!("refused: {refusal}"),
             )),
+            Rejection::Abstaining(abstention) => RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                abstention.to_string(),
+            )),
         }
     }
 }
@@ -293,6 +386,7 @@ impl fmt::Display for Rejection {
         match self {
             Rejection::Failed(err) => err.fmt(f),
             Rejection::Refused(refusal) => refusal.fmt(f),
+            Rejection::Abstaining(abstention) => abstention.fmt(f),
         }
     }
 }
@@ -302,36 +396,65 @@ impl fmt::Display for Rejection {
 pub(crate) async fn inspect(
     connection: &mut MultiplexedConnection,
 ) -> Result<ServerFacts, Rejection> {
-    match query(connection, redis::cmd("INFO")).await {
+    let mut facts = match query(connection, redis::cmd("INFO")).await {
+        Ok(Value::BulkString(bytes)) => ServerFacts::from_info(&String::from_utf8_lossy(&bytes)),
+        Ok(Value::VerbatimString { text, .. }) => ServerFacts::from_info(&text),
+        Ok(other) => {
+            return Err(Rejection::Refused(Refusal::NotRedis(format!(
+                "unexpected reply {other:?}"
+            ))))
+        }
+        Err(err) if is_denied(&err) => return without_info(connection).await,
+        Err(err) => return Err(rejection(err)),
+    };
+    if facts.append_only == Some(true) {
+        facts.fsync_always = fsync_policy(connection)
+            .await
+            .map(|policy| policy == "always");
+    }
+    Ok(facts)
+}
+
+/// What a server that denies `INFO` still says: the address it reports for the
+/// connection (`laddr` of `CLIENT INFO`), where allowed.
+async fn without_info(connection: &mut MultiplexedConnection) -> Result<ServerFacts, Rejection> {
+    let mut facts = ServerFacts {
+        info_denied: true,
+        ..ServerFacts::default()
+    };
+    let mut client_info = redis::cmd("CLIENT");
+    client_info.arg("INFO");
+    match query(connection, client_info).await {
         Ok(Value::BulkString(bytes)) => {
-            Ok(ServerFacts::from_info(&String::from_utf8_lossy(&bytes)))
+            facts.id = local_address(&String::from_utf8_lossy(&bytes)).map(ServerId::Address);
         }
-        Ok(Value::VerbatimString { text, .. }) => Ok(ServerFacts::from_info(&text)),
-        Ok(other) => Err(Rejection::Refused(Refusal::NotRedis(format!(
-            "unexpected reply {other:?}"
-        )))),
-        Err(err) if is_denied(&err) => {
-            let mut facts = ServerFacts {
-                info_denied: true,
-                ..ServerFacts::default()
-            };
-            let mut client_info = redis::cmd("CLIENT");
-            client_info.arg("INFO");
-            match query(connection, client_info).await {
-                Ok(Value::BulkString(bytes)) => {
-                    facts.id =
-                        local_address(&String::from_utf8_lossy(&bytes)).map(ServerId::Address);
-                }
-                Ok(Value::VerbatimString { text, .. }) => {
-                    facts.id = local_address(&text).map(ServerId::Address);
-                }
-                Ok(_) => {}
-                Err(err) if is_denied(&err) || is_unknown_command(&err) => {}
-                Err(err) => return Err(rejection(err)),
-            }
-            Ok(facts)
+        Ok(Value::VerbatimString { text, .. }) => {
+            facts.id = local_address(&text).map(ServerId::Address);
         }
-        Err(err) => Err(rejection(err)),
+        Ok(_) => {}
+        Err(err) if is_denied(&err) || is_unknown_command(&err) => {}
+        Err(err) => return Err(rejection(err)),
+    }
+    Ok(facts)
+}
+
+/// The append-only file's fsync policy (`CONFIG GET appendfsync`), or `None` where
+/// `CONFIG` is denied or renamed (managed services often do): the server is then not
+/// known to fsync every write.
+async fn fsync_policy(connection: &mut MultiplexedConnection) -> Option<String> {
+    let mut get = redis::cmd("CONFIG");
+    get.arg("GET").arg("appendfsync");
+    let reply = query(connection, get).await.ok()?;
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    match reply {
+        // RESP2: [name, value]; RESP3: {name: value}.
+        Value::Array(fields) => fields.get(1).and_then(text),
+        Value::Map(pairs) => pairs.first().and_then(|(_, value)| text(value)),
+        _ => None,
     }
 }
 

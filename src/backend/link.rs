@@ -392,6 +392,9 @@ impl Link {
             self.admission
                 .admit(&self.name, &facts)
                 .map_err(Rejection::Refused)?;
+            if let Some(abstention) = self.admission.abstention(&facts) {
+                return Err(Rejection::Abstaining(abstention));
+            }
             Ok(connection)
         };
         let outcome = match tokio::time::timeout(self.settings.connect_timeout, attempt).await {
@@ -444,11 +447,18 @@ impl Link {
             }
             Err(why) => {
                 let failures = failures.saturating_add(1);
-                if let Rejection::Refused(refusal) = &why {
-                    self.warn_refused(refusal);
+                let mut retry_at = Instant::now() + backoff(failures);
+                match &why {
+                    Rejection::Refused(refusal) => self.warn_refused(refusal),
+                    // Once per abstention: the next attempt comes when it ends.
+                    Rejection::Abstaining(abstention) => {
+                        tracing::warn!(node = %self.name, %abstention, "node abstains after a restart; it counts as failed until then");
+                        retry_at = Instant::now() + abstention.remaining;
+                    }
+                    Rejection::Failed(_) => {}
                 }
                 State::Down {
-                    retry_at: Instant::now() + backoff(failures),
+                    retry_at,
                     why,
                     failures,
                     queue_next: false,

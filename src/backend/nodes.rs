@@ -151,6 +151,31 @@ impl Nodes {
         self.with(|deployment| deployment.strict_members = strict)
     }
 
+    /// Whether a server that started less than the longest lease ago (plus its drift
+    /// allowance) abstains until it is that old, unless it keeps an append-only file
+    /// fsynced on every write (`appendonly yes`, `appendfsync always`). On by default.
+    ///
+    /// Redlock is safe only if a node that lost its keys in a restart stays out of the
+    /// quorum for the longest lease it may have granted ("delayed restarts"): otherwise a
+    /// holder that had {A, B} of three, with C refusing, loses exclusion when B restarts
+    /// empty and a second client gets {B, C}. A client cannot tell a restart from a first
+    /// boot, so a fresh server abstains too. Such a node counts as failed, says until
+    /// when (a `warn` event, [`NodeMetrics::excluded`](crate::NodeMetrics::excluded)), and
+    /// is connected again when that time has passed. Turn it off only where every server's
+    /// restart is known to be delayed past the longest lease by other means, or in tests
+    /// that start their own nodes. See docs/safety.md, "Restarts".
+    pub fn restart_abstention(self, on: bool) -> Self {
+        self.with(|deployment| deployment.restart_abstention = on)
+    }
+
+    /// The longest lease any client of these nodes takes, for
+    /// [`restart_abstention`](Self::restart_abstention); by default the lock's TTL. Set it
+    /// when other clients (other services, [`with_config`](crate::DistributedLock::with_config),
+    /// `create_with_ttl`, the CLI's `--ttl`) take longer leases on the same nodes.
+    pub fn longest_lease(self, lease: Duration) -> Self {
+        self.with(|deployment| deployment.longest_lease = Some(lease))
+    }
+
     /// This set with `change` made to its deployment facts.
     fn with(mut self, change: impl FnOnce(&mut Deployment)) -> Self {
         change(&mut self.deployment);

@@ -256,7 +256,12 @@ impl LockConfig {
 
     /// The clock-drift allowance subtracted from every validity: `ttl * drift_factor + 2 ms`.
     pub fn drift_allowance(&self) -> Duration {
-        Duration::try_from_secs_f64(self.ttl.as_secs_f64() * self.drift_factor)
+        self.drift_allowance_for(self.ttl)
+    }
+
+    /// The drift allowance of a lease of `ttl` with this drift factor.
+    pub(crate) fn drift_allowance_for(&self, ttl: Duration) -> Duration {
+        Duration::try_from_secs_f64(ttl.as_secs_f64() * self.drift_factor)
             .ok()
             .and_then(|proportional| proportional.checked_add(Self::DRIFT_FLOOR))
             .unwrap_or(Duration::MAX)

@@ -342,7 +342,8 @@ async fn tokens_across_restarts(cluster: &mut RedisCluster, nodes: Nodes) -> Vec
 
 #[tokio::test]
 async fn nodes_that_would_forget_their_counters_are_refused_for_fencing() {
-    let cluster = cluster(3).await;
+    let options = NodeOptions::default().with_persistence(Persistence::None);
+    let cluster = RedisCluster::start_with(3, options).await.unwrap();
     let strict = config(TTL).to_builder().fencing(true).build().unwrap();
     let err = quorumlock::Redlock::connect(cluster.urls(), strict)
         .await
@@ -357,8 +358,11 @@ async fn nodes_that_would_forget_their_counters_are_refused_for_fencing() {
 /// then 1, with only one node restarted (empty) at a time.
 #[tokio::test]
 async fn with_the_opt_out_a_restarted_empty_node_can_hand_out_an_old_token() {
-    let mut cluster = cluster(3).await;
-    let nodes = volatile(cluster.urls());
+    let options = NodeOptions::default().with_persistence(Persistence::None);
+    let mut cluster = RedisCluster::start_with(3, options).await.unwrap();
+    // Restart abstention off too: it keeps a restarted node out for a lease, while a
+    // counter must outlive every lease (fencing needs the append-only file).
+    let nodes = volatile(cluster.urls()).restart_abstention(false);
     let tokens = tokens_across_restarts(&mut cluster, nodes).await;
     assert_eq!(tokens, [1, 2, 1]);
 }
