@@ -330,7 +330,11 @@ async fn a_lost_lock_signals_the_command_and_exits_70() {
     let exit = event(&events, "exit");
     assert_eq!(exit["command_signal"], 15, "the command was terminated");
     assert_eq!(exit["lost"], true);
-    assert_eq!(event(&events, "error")["kind"], "lost");
+    let error = event(&events, "error");
+    assert_eq!(error["kind"], "lost");
+    // The reason of the loss does not name the lock a second time.
+    let message = error["message"].as_str().unwrap_or_default();
+    assert_eq!(message.matches("fragile").count(), 1, "{message}");
 }
 
 #[tokio::test]
