@@ -37,12 +37,7 @@ pub enum Decision {
 /// Deletes the lock where it holds the token; exit code 0 when a quorum deleted it.
 pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Result<u8, CliError> {
     let key = lock_key(global, &args.resource)?;
-    if args.token.is_empty() {
-        return Err(CliError::new(Kind::Usage, "the token is empty").hint(
-            "pass the holder's token with --token: see `quorumlock status NAME`, or the \
-             holder's QUORUMLOCK_TOKEN",
-        ));
-    }
+    // The token was checked when the command line was read (`args::parse_token`).
     let urls = node_urls(global)?;
     let lock = operator_lock(global, &urls).await?;
     let token = LockToken::from_string(args.token.clone());

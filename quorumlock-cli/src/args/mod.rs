@@ -266,8 +266,24 @@ pub struct ReleaseArgs {
     pub resource: String,
 
     /// The holder's token: only a key holding exactly this token is deleted.
-    #[arg(long, value_name = "TOKEN")]
+    #[arg(long, value_name = "TOKEN", value_parser = parse_token)]
     pub token: String,
+}
+
+/// A `--token` value: the 32 hex digits of a token the library generated, which is every
+/// lock's, checked when the command line is read. Anything else could hold no lock, and a
+/// release that only says "not held" would hide the typo.
+pub fn parse_token(text: &str) -> Result<String, String> {
+    let digits = quorumlock::LockToken::RANDOM_BYTES * 2;
+    let token = text.trim();
+    if token.len() == digits && token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // Tokens are stored in lowercase: one copied in capitals still names its lock.
+        return Ok(token.to_ascii_lowercase());
+    }
+    Err(format!(
+        "expected a lock token, {digits} hex digits (as `quorumlock status NAME` shows it, or \
+         the holder's QUORUMLOCK_TOKEN)"
+    ))
 }
 
 #[cfg(test)]
@@ -357,6 +373,32 @@ mod tests {
         assert_eq!(run.conflict_exit_code, exit::HELD);
         assert_eq!(run.orphans, Orphans::Wait);
         assert!(run_args(&["-r", "j", "-E", "256", "true"]).is_err());
+    }
+
+    #[test]
+    fn release_takes_only_a_token_that_could_hold_a_lock() {
+        let release = |token: &str| {
+            Cli::try_parse_from(["quorumlock", "release", "job", "--token", token]).map(|cli| {
+                match cli.command {
+                    Command::Release(release) => release.token,
+                    _ => panic!("not release"),
+                }
+            })
+        };
+        let token = "3f9c0b1e4b5016909bb192b818924c84";
+        assert_eq!(release(token).unwrap(), token);
+        assert_eq!(release(&token.to_uppercase()).unwrap(), token);
+        for bad in [
+            "nothex",
+            "",
+            &token[1..],
+            &format!("{token}0"),
+            "3f9c0b1e4b5016909bb192b818924czz",
+        ] {
+            let err = release(bad).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+            assert!(err.to_string().contains("32 hex digits"), "{err}");
+        }
     }
 
     #[test]

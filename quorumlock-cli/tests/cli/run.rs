@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    bare, cluster, code, event, events, output, quorumlock, stderr, stdout, Background, LIMIT,
-    NODE_TIMEOUT,
+    bare, cluster, code, event, events, output, quorumlock, stderr, stdout, Background,
+    FOREIGN_TOKEN, LIMIT, NODE_TIMEOUT,
 };
 
 #[tokio::test]
@@ -399,7 +399,7 @@ async fn status_shows_the_holder_and_release_frees_it_by_token() {
 
     // A wrong token touches nothing.
     let wrong =
-        output(quorumlock(&cluster).args(["release", "report", "--token", "not-the-token"])).await;
+        output(quorumlock(&cluster).args(["release", "report", "--token", FOREIGN_TOKEN])).await;
     assert_eq!(code(&wrong), 1, "{}", stderr(&wrong));
     assert!(
         stderr(&wrong).contains("does not hold"),
