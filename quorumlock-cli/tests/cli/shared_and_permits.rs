@@ -39,6 +39,12 @@ async fn shared_runs_run_together_and_exclude_plain_runs() {
         0,
         "shared with shared"
     );
+    // flock's -s, as the README says run takes it.
+    assert_eq!(
+        try_run(&cluster, "catalog", &["-s"]).await,
+        0,
+        "-s is --shared"
+    );
     assert_eq!(
         try_run(&cluster, "catalog", &[]).await,
         75,
