@@ -8,11 +8,13 @@
 //! - [`tls`]: `rediss://` nodes and the TLS options;
 //! - [`acl`]: every command as an ACL user with exactly the documented grants (on another
 //!   server: `QUORUMLOCK_REDIS_SERVER=... cargo test -p quorumlock-cli --test cli acl::`);
-//! - [`bench`]: `quorumlock bench`.
+//! - [`bench`]: `quorumlock bench`;
+//! - [`messages`]: what the errors say, the usage line and `--help` (issue 29).
 
 mod acl;
 mod bench;
 mod cluster;
+mod messages;
 mod run;
 mod shared_and_permits;
 mod support;
