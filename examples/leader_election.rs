@@ -33,7 +33,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Nodes, Result};
-use futures::StreamExt;
+// The crate's re-export: a user of `observe` needs no `futures` of their own.
+use quorumlock::futures::StreamExt;
 use quorumlock::{Election, Leadership, LeaseEnd, LockConfig, LockError, Redlock};
 use quorumlock_testkit::Persistence;
 use tokio::sync::{watch, Notify};

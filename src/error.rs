@@ -468,7 +468,23 @@ impl std::fmt::Display for LeaseEnd {
         match self {
             LeaseEnd::Released => f.write_str("released"),
             LeaseEnd::Expired => f.write_str("the validity deadline passed"),
-            LeaseEnd::Lost(error) => write!(f, "{error}"),
+            // A lease's end is told beside its resource (in `LockError::Lost`, a log line's
+            // field, the CLI's report), so the error is told without it: "lock "job" was
+            // lost while held: no quorum (...)", not "...: lock "job": no quorum (...)".
+            LeaseEnd::Lost(error) => {
+                let text = error.to_string();
+                let named = error
+                    .resource()
+                    .map(|resource| format!("lock {resource:?}"));
+                match named.as_deref().and_then(|named| text.strip_prefix(named)) {
+                    Some(rest) => match rest.strip_prefix(": ") {
+                        Some(reason) => f.write_str(reason),
+                        // "lock "job" is not held ...": the name was the sentence's subject.
+                        None => write!(f, "it{rest}"),
+                    },
+                    None => f.write_str(&text),
+                }
+            }
         }
     }
 }
@@ -476,6 +492,35 @@ impl std::fmt::Display for LeaseEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_lock_names_its_resource_once() {
+        let lost = |cause: LockError| {
+            LockError::Lost {
+                resource: "demo:worker".into(),
+                end: LeaseEnd::Lost(Box::new(cause)),
+            }
+            .to_string()
+        };
+        let no_quorum = lost(LockError::NoQuorum {
+            resource: "demo:worker".into(),
+            tally: Tally::default(),
+        });
+        assert!(
+            no_quorum.starts_with("lock \"demo:worker\" was lost while held: no quorum ("),
+            "{no_quorum}"
+        );
+        assert_eq!(no_quorum.matches("demo:worker").count(), 1, "{no_quorum}");
+        let not_held = lost(LockError::NotHeld {
+            resource: "demo:worker".into(),
+            tally: Tally::default(),
+        });
+        assert!(
+            not_held.contains("held: it is not held by this owner"),
+            "{not_held}"
+        );
+        assert_eq!(not_held.matches("demo:worker").count(), 1, "{not_held}");
+    }
 
     #[test]
     fn no_quorum_names_each_failed_node_and_why() {

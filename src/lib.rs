@@ -205,6 +205,11 @@
 /// re-export to build them with the same version.
 pub use redis;
 
+/// The `futures` crate, whose [`Stream`](futures::Stream) [`Election::observe`] returns:
+/// `use quorumlock::futures::StreamExt` reads it (`.next().await`) with no dependency of
+/// your own, and with the same version.
+pub use futures;
+
 #[cfg(test)]
 mod allocations;
 pub mod backend;

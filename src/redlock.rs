@@ -169,7 +169,8 @@ impl Redlock {
         self.lock.coordinator().quorum()
     }
 
-    /// The nodes' names (URLs without credentials), in the order given.
+    /// The nodes' names (URLs without credentials), in the order given; an iterator, which
+    /// borrows the lock: `.collect::<Vec<_>>()` makes a list of it.
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
         self.lock
             .coordinator()

@@ -35,8 +35,9 @@ Exit codes:
   128+N    run: the command was killed by signal N (as in a shell), or quorumlock
            got signal N while waiting for the lock
   1        release: the token does not hold the lock on a quorum of nodes
-  64       usage error: unknown option, malformed duration or node URL, missing
-           argument (the lock is not taken)
+  64       usage error: unknown option, malformed duration, node URL or token,
+           missing argument, a QUORUMLOCK_* value that does not parse (the lock is
+           not taken)
   69       no quorum: too few nodes answered (down, unreachable or too slow)
   70       run: the lock was lost while the command ran; the command was signalled
   71       operating-system error (signal handler or thread could not be set up)
@@ -151,7 +152,8 @@ impl CliError {
         self.code.unwrap_or_else(|| self.kind.code())
     }
 
-    /// Explains a lock error, in the context of the command line: which option to change.
+    /// Explains a lock error: its exit code, its message, and the hints that do not depend
+    /// on how the command line gave its settings (`explain::lock_error` adds those).
     pub fn from_lock(error: &LockError) -> Self {
         let kind = classify(error);
         let hint = match error {
@@ -173,17 +175,9 @@ impl CliError {
             LockError::ValidityExhausted { .. } => {
                 Some("the nodes answer slowly: raise --ttl, or check the network to them")
             }
-            LockError::Config(_) => Some(
-                "change --ttl or --node-timeout: the node timeout may be at most a tenth \
-                 of the TTL",
-            ),
-            LockError::InvalidNode { .. } => Some(
-                "fix the node list (--nodes or QUORUMLOCK_NODES): comma-separated URLs \
-                 such as redis://host:6379, redis://:password@host:6379/0, rediss://host:6380",
-            ),
-            LockError::InvalidResource { .. } => {
-                Some("give a lock name of 1 to 1024 bytes (MAX_RESOURCE_LEN)")
-            }
+            // Which option to change depends on the command line: see `explain`.
+            LockError::Config(_) | LockError::InvalidNode { .. } => None,
+            LockError::InvalidResource { .. } => Some("give a lock name of 1 to 1024 bytes"),
             LockError::FencingExhausted { .. } => {
                 Some("the fencing counter is exhausted: lock another name")
             }

@@ -21,6 +21,7 @@ mod args;
 mod bench;
 mod duration;
 mod exit;
+mod explain;
 mod guardian;
 mod hold;
 mod node_url;
@@ -30,6 +31,7 @@ mod release;
 mod run;
 mod signal;
 mod status;
+mod terms;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -48,7 +50,7 @@ fn main() -> ExitCode {
     if words.first().map(String::as_str) == Some(guardian::COMMAND) {
         return ExitCode::from(guardian::serve(&words[1..]));
     }
-    let cli = match Cli::try_parse() {
+    let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
             // --help and --version are "errors" printed to stdout; the rest are usage errors.
@@ -65,6 +67,10 @@ fn main() -> ExitCode {
         verbose: cli.global.verbose > 0,
         quiet: cli.global.quiet,
     };
+    if let Err(error) = args::env::apply(&mut cli.global, |name| std::env::var_os(name)) {
+        out.error(&error);
+        return ExitCode::from(error.code());
+    }
     init_logs(&cli.global);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

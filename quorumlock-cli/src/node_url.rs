@@ -7,6 +7,8 @@ use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use quorumlock::{LockError, NodeAddress};
 
+use crate::terms;
+
 /// The `--nodes` parser for clap: [`parse_node`], with errors that do not echo the raw
 /// value as clap's own do (it could hold a password).
 #[derive(Debug, Clone, Copy)]
@@ -45,11 +47,23 @@ pub fn parse_node(text: &str) -> Result<String, String> {
     if entry.is_empty() {
         return Ok(String::new());
     }
-    match NodeAddress::parse(entry) {
-        Ok(_) => Ok(entry.to_owned()),
-        Err(LockError::InvalidNode { node, reason }) => Err(format!("`{node}` is {reason}")),
-        Err(other) => Err(other.to_string()),
+    let reason = match NodeAddress::parse(entry) {
+        Ok(_) => return Ok(entry.to_owned()),
+        Err(LockError::InvalidNode { node, reason }) => format!("`{node}` is {reason}"),
+        Err(other) => other.to_string(),
+    };
+    let reason = terms::in_cli_terms(&reason);
+    // A list written with spaces (`redis://a:6379 10.0.0.2:6379`), or with another
+    // separator between its URLs, reads as one entry, whatever the library then finds
+    // wrong with it (a space, an invalid port).
+    let several = entry.contains(char::is_whitespace) || entry.matches("://").count() > 1;
+    if several && !reason.contains("comma") {
+        return Err(format!(
+            "{reason}; to list several nodes, separate them with commas \
+             (redis://10.0.0.1:6379,redis://10.0.0.2:6379)"
+        ));
     }
+    Err(reason)
 }
 
 #[cfg(test)]
@@ -68,6 +82,22 @@ mod tests {
         assert!(parse_node("redis+cluster://:secret@h:1/2")
             .unwrap_err()
             .contains("***"));
+    }
+
+    #[test]
+    fn a_list_with_spaces_is_told_to_use_commas() {
+        for list in [
+            "redis://10.0.0.1:6379 10.0.0.2:6379",
+            "redis://10.0.0.1:6379 redis://10.0.0.2:6379",
+            "redis://a:1%20redis://b:2 ",
+        ] {
+            let err = parse_node(list).unwrap_err();
+            assert!(err.contains("comma"), "{list}: {err}");
+        }
+        // A cluster's seeds are separated by semicolons on the command line, where commas
+        // separate the nodes.
+        let err = parse_node("redis://a:1;b:2").unwrap_err();
+        assert!(err.contains("redis+cluster://host:port;host:port"), "{err}");
     }
 
     #[test]

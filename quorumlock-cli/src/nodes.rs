@@ -6,6 +6,7 @@ use quorumlock::{LockConfig, LockError, Nodes, TlsOptions};
 
 use crate::args::GlobalArgs;
 use crate::exit::{CliError, Kind};
+use crate::explain;
 
 /// The node URLs given with `--nodes` or `QUORUMLOCK_NODES`, empty entries left out.
 pub fn node_urls(global: &GlobalArgs) -> Result<Vec<String>, CliError> {
@@ -34,26 +35,33 @@ pub fn lock_key(global: &GlobalArgs, resource: &str) -> Result<String, CliError>
     }
     let config = config
         .build()
-        .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
+        .map_err(|error| explain::config_error(&error, global))?;
     let urls: Vec<&String> = global.nodes.iter().filter(|url| !url.is_empty()).collect();
     Nodes::new(urls)
         .and_then(|nodes| nodes.key_for(&config, resource))
-        .map_err(|error| CliError::from_lock(&error))
+        .map_err(|error| explain::lock_error(&error, global))
 }
 
 /// The TLS options of `--tls-ca`, `--tls-cert`, `--tls-key` and `--tls-insecure`; an
 /// unreadable file is a configuration error (exit 78).
 pub fn tls_options(global: &GlobalArgs) -> Result<TlsOptions, CliError> {
     let tls = &global.tls;
-    let unreadable = |error: std::io::Error| CliError::new(Kind::Config, error.to_string());
+    let from_env = &global.from_env;
+    // Named as given, the option or its variable; the library's error names the file.
+    let unreadable = |option: String, error: std::io::Error| {
+        CliError::new(Kind::Config, format!("{option}: {error}"))
+    };
     let mut options = TlsOptions::new().insecure(tls.tls_insecure);
     if let Some(ca) = &tls.tls_ca {
-        options = options.ca_file(ca).map_err(unreadable)?;
+        options = options
+            .ca_file(ca)
+            .map_err(|error| unreadable(from_env.tls_ca().to_owned(), error))?;
     }
     if let (Some(cert), Some(key)) = (&tls.tls_cert, &tls.tls_key) {
+        let given = format!("{} and {}", from_env.tls_cert(), from_env.tls_key());
         options = options
             .client_identity_files(cert, key)
-            .map_err(unreadable)?;
+            .map_err(|error| unreadable(given, error))?;
     }
     Ok(options)
 }
@@ -63,7 +71,7 @@ pub fn tls_options(global: &GlobalArgs) -> Result<TlsOptions, CliError> {
 /// node is asked anything. TLS options a node would ignore (on a plain `redis://` URL, a
 /// cluster member) are one too.
 pub fn check_urls(global: &GlobalArgs, urls: &[String]) -> Result<Nodes, CliError> {
-    let invalid = |error: LockError| CliError::from_lock(&error);
+    let invalid = |error: LockError| explain::lock_error(&error, global);
     let mut nodes = Nodes::new(urls).map_err(invalid)?.tls(tls_options(global)?);
     if let Some(timeout) = global.connect_timeout {
         nodes = nodes.connect_timeout(timeout);
@@ -99,6 +107,7 @@ mod tests {
             verbose: 0,
             quiet: false,
             tls: Default::default(),
+            from_env: Default::default(),
         }
     }
 

@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use quorumlock::{LockConfig, LockError, LockToken, Redlock, Tally};
+use quorumlock::{LockConfig, LockToken, Redlock, Tally};
 use serde_json::{json, Value};
 
 use crate::args::{GlobalArgs, ReleaseArgs};
 use crate::exit::{CliError, Kind};
+use crate::explain;
 use crate::nodes::{check_urls, lock_key, node_urls, operator_timeout};
 use crate::output::Output;
 
@@ -37,19 +38,14 @@ pub enum Decision {
 /// Deletes the lock where it holds the token; exit code 0 when a quorum deleted it.
 pub async fn release(global: &GlobalArgs, args: &ReleaseArgs, out: Output) -> Result<u8, CliError> {
     let key = lock_key(global, &args.resource)?;
-    if args.token.is_empty() {
-        return Err(CliError::new(Kind::Usage, "the token is empty").hint(
-            "pass the holder's token with --token: see `quorumlock status NAME`, or the \
-             holder's QUORUMLOCK_TOKEN",
-        ));
-    }
+    // The token was checked when the command line was read (`args::parse_token`).
     let urls = node_urls(global)?;
     let lock = operator_lock(global, &urls).await?;
     let token = LockToken::from_string(args.token.clone());
     let tally = lock
         .release_token(&args.resource, &token)
         .await
-        .map_err(|error| CliError::from_lock(&error))?;
+        .map_err(|error| explain::lock_error(&error, global))?;
     let names: Vec<String> = lock.node_names().map(str::to_owned).collect();
     let outcomes: Vec<NodeOutcome> = names.iter().map(|name| outcome(&tally, name)).collect();
     let quorum = quorumlock::quorum_of(names.len());
@@ -137,10 +133,10 @@ async fn operator_lock(global: &GlobalArgs, urls: &[String]) -> Result<Redlock, 
     }
     let config = config
         .build()
-        .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
+        .map_err(|error| explain::config_error(&error, global))?;
     Redlock::connect(nodes, config)
         .await
-        .map_err(|error| CliError::from_lock(&error))
+        .map_err(|error| explain::lock_error(&error, global))
 }
 
 /// What the node `name` did with the delete, as `tally` counts it.

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::args::{GlobalArgs, Orphans, RunArgs};
 use crate::duration::{format_duration, millis};
 use crate::exit::{command_status_code, CliError, Kind};
+use crate::explain;
 use crate::guardian::Guardian;
 use crate::hold::Hold;
 use crate::nodes::{check_urls, node_urls};
@@ -43,7 +44,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     let waiting_since = Instant::now();
     let lock = Redlock::connect(nodes, config)
         .await
-        .map_err(|error| CliError::from_lock(&error))?;
+        .map_err(|error| explain::lock_error(&error, global))?;
     // Installed before the wait, so that a signal while waiting ends it cleanly; from then
     // on these signals no longer kill quorumlock, and are passed on to the command.
     let mut signals = Forwarded::install()?;
@@ -63,7 +64,12 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     let acquisition = Hold::of(args).take(&lock, resource, args.wait);
     let mut guard = tokio::select! {
         acquired = acquisition => acquired.map_err(|error| {
-            let error = CliError::from_lock(&error);
+            let explained = explain::lock_error(&error, global);
+            // `--wait 0s` makes one attempt, as without it.
+            let error = match args.wait.filter(|wait| !wait.is_zero()) {
+                Some(wait) => explain::after_wait(&error, wait, explained),
+                None => explained,
+            };
             if error.kind == Kind::Held {
                 error.with_code(args.conflict_exit_code)
             } else {
@@ -84,7 +90,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs, out: Output) -> Result<u8,
     }
     guard
         .auto_extend(extend)
-        .map_err(|error| CliError::from_lock(&LockError::Config(error)))?;
+        .map_err(|error| explain::config_error(&error, global))?;
     report_acquired(&guard, &lock, acquired_at - waiting_since, out);
     report_degraded(&guard, &lock, out);
 
@@ -161,7 +167,7 @@ fn lock_config(global: &GlobalArgs, args: &RunArgs) -> Result<LockConfig, CliErr
     }
     builder
         .build()
-        .map_err(|error| CliError::from_lock(&LockError::Config(error)))
+        .map_err(|error| explain::config_error(&error, global))
 }
 
 /// Says that the lock was taken, with its token.

@@ -51,6 +51,25 @@ impl Election {
     /// who leads; they do not hold anything: acting as the leader needs a
     /// [`Leadership`](super::Leadership).
     ///
+    /// The stream is a `futures` one; the crate's re-export reads it, so the caller's
+    /// dependencies need no `futures`:
+    ///
+    /// ```no_run
+    /// use quorumlock::futures::StreamExt;
+    /// use quorumlock::{Election, LockError};
+    ///
+    /// # async fn watch(election: Election) -> Result<(), LockError> {
+    /// let mut changes = Box::pin(election.observe());
+    /// while let Some(change) = changes.next().await {
+    ///     match change? {
+    ///         Some(leader) => println!("{} leads (term {})", leader.value, leader.fencing_token),
+    ///         None => println!("nobody leads"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Cancel safety
     ///
     /// It only reads: dropping the stream changes nothing.

@@ -2,6 +2,7 @@
 //! `bench` in files of their own.
 
 mod bench;
+pub mod env;
 mod run;
 
 use std::time::Duration;
@@ -25,6 +26,8 @@ fn after_help() -> String {
   QUORUMLOCK_NODES            default for --nodes (comma-separated redis:// or rediss:// URLs)
   QUORUMLOCK_KEY_PREFIX       default for --key-prefix
   QUORUMLOCK_CONNECT_TIMEOUT  default for --connect-timeout
+  QUORUMLOCK_TLS_CA, QUORUMLOCK_TLS_CERT, QUORUMLOCK_TLS_KEY, QUORUMLOCK_TLS_INSECURE
+                              defaults for --tls-ca, --tls-cert, --tls-key, --tls-insecure
   RUST_LOG                    log filter (tracing's env-filter syntax), e.g. quorumlock=debug
 
 Examples:
@@ -67,7 +70,8 @@ pub struct Cli {
 #[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
     /// The Redis nodes: comma-separated URLs, such as
-    /// redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+    /// redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 [env:
+    /// QUORUMLOCK_NODES]
     ///
     /// Use 3 or 5 independent masters (not replicas of each other) so the lock survives
     /// the loss of a minority of them; one URL makes a single-server lock. URLs take the
@@ -76,8 +80,6 @@ pub struct GlobalArgs {
     #[arg(
         long,
         global = true,
-        env = "QUORUMLOCK_NODES",
-        hide_env_values = true,
         value_name = "URL,...",
         value_delimiter = ',',
         value_parser = NodeParser
@@ -85,14 +87,8 @@ pub struct GlobalArgs {
     pub nodes: Vec<String>,
 
     /// Prepended to the lock name to form the Redis key (none by default, so the key is
-    /// the name itself).
-    #[arg(
-        long,
-        global = true,
-        env = "QUORUMLOCK_KEY_PREFIX",
-        hide_env_values = true,
-        value_name = "PREFIX"
-    )]
+    /// the name itself) [env: QUORUMLOCK_KEY_PREFIX]
+    #[arg(long, global = true, value_name = "PREFIX")]
     pub key_prefix: Option<String>,
 
     /// How long one node may take to answer one command [default: 50ms for run, 1s for
@@ -104,17 +100,11 @@ pub struct GlobalArgs {
     pub node_timeout: Option<Duration>,
 
     /// How long one attempt to connect to a node may take, the check of the server
-    /// included [default: 1s]
+    /// included [default: 1s] [env: QUORUMLOCK_CONNECT_TIMEOUT]
     ///
     /// A connection is made once per run, so it may take far longer than one command: a TLS
     /// handshake across zones, or a start on a loaded host.
-    #[arg(
-        long,
-        global = true,
-        env = "QUORUMLOCK_CONNECT_TIMEOUT",
-        value_name = "DURATION",
-        value_parser = parse_duration
-    )]
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
     pub connect_timeout: Option<Duration>,
 
     /// Machine-readable output: JSON on stdout for status and release, and JSON lines
@@ -136,6 +126,10 @@ pub struct GlobalArgs {
     /// TLS settings for rediss:// nodes.
     #[command(flatten)]
     pub tls: TlsArgs,
+
+    /// Which of these the environment gave (see [`env`]), filled in after parsing.
+    #[arg(skip)]
+    pub from_env: env::FromEnv,
 }
 
 /// How rediss:// nodes are verified and how quorumlock authenticates to them
@@ -144,40 +138,25 @@ pub struct GlobalArgs {
 #[command(next_help_heading = "TLS (rediss:// nodes)")]
 pub struct TlsArgs {
     /// Trust the CA certificates in FILE (PEM) instead of the public roots: for servers
-    /// whose certificates come from a private CA.
-    #[arg(long, global = true, env = "QUORUMLOCK_TLS_CA", value_name = "FILE")]
+    /// whose certificates come from a private CA [env: QUORUMLOCK_TLS_CA]
+    #[arg(long, global = true, value_name = "FILE")]
     pub tls_ca: Option<std::path::PathBuf>,
 
     /// Present the client certificate in FILE (PEM), for servers that require one
-    /// (tls-auth-clients yes); needs --tls-key.
-    #[arg(
-        long,
-        global = true,
-        env = "QUORUMLOCK_TLS_CERT",
-        value_name = "FILE",
-        requires = "tls_key"
-    )]
+    /// (tls-auth-clients yes); needs --tls-key [env: QUORUMLOCK_TLS_CERT]
+    // Whether it has its key is checked once the environment is read (see `env`): either
+    // may come from there.
+    #[arg(long, global = true, value_name = "FILE")]
     pub tls_cert: Option<std::path::PathBuf>,
 
-    /// The private key (PEM) of --tls-cert.
-    #[arg(
-        long,
-        global = true,
-        env = "QUORUMLOCK_TLS_KEY",
-        value_name = "FILE",
-        requires = "tls_cert"
-    )]
+    /// The private key (PEM) of --tls-cert [env: QUORUMLOCK_TLS_KEY]
+    #[arg(long, global = true, value_name = "FILE")]
     pub tls_key: Option<std::path::PathBuf>,
 
     /// Do not verify the servers' certificates or host names. For development only: anyone
     /// on the network path could impersonate the nodes. QUORUMLOCK_TLS_INSECURE takes
-    /// 1/0, true/false, yes/no, on/off.
-    #[arg(
-        long,
-        global = true,
-        env = "QUORUMLOCK_TLS_INSECURE",
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
+    /// 1/0, true/false, yes/no, on/off [env: QUORUMLOCK_TLS_INSECURE]
+    #[arg(long, global = true)]
     pub tls_insecure: bool,
 }
 
@@ -266,8 +245,24 @@ pub struct ReleaseArgs {
     pub resource: String,
 
     /// The holder's token: only a key holding exactly this token is deleted.
-    #[arg(long, value_name = "TOKEN")]
+    #[arg(long, value_name = "TOKEN", value_parser = parse_token)]
     pub token: String,
+}
+
+/// A `--token` value: the 32 hex digits of a token the library generated, which is every
+/// lock's, checked when the command line is read. Anything else could hold no lock, and a
+/// release that only says "not held" would hide the typo.
+pub fn parse_token(text: &str) -> Result<String, String> {
+    let digits = quorumlock::LockToken::RANDOM_BYTES * 2;
+    let token = text.trim();
+    if token.len() == digits && token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // Tokens are stored in lowercase: one copied in capitals still names its lock.
+        return Ok(token.to_ascii_lowercase());
+    }
+    Err(format!(
+        "expected a lock token, {digits} hex digits (as `quorumlock status NAME` shows it, or \
+         the holder's QUORUMLOCK_TOKEN)"
+    ))
 }
 
 #[cfg(test)]
@@ -380,6 +375,32 @@ mod tests {
         assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
         let cli = Cli::try_parse_from(["quorumlock", "-vv", "status", "j"]).unwrap();
         assert_eq!(cli.global.verbose, 2);
+    }
+
+    #[test]
+    fn release_takes_only_a_token_that_could_hold_a_lock() {
+        let release = |token: &str| {
+            Cli::try_parse_from(["quorumlock", "release", "job", "--token", token]).map(|cli| {
+                match cli.command {
+                    Command::Release(release) => release.token,
+                    _ => panic!("not release"),
+                }
+            })
+        };
+        let token = "3f9c0b1e4b5016909bb192b818924c84";
+        assert_eq!(release(token).unwrap(), token);
+        assert_eq!(release(&token.to_uppercase()).unwrap(), token);
+        for bad in [
+            "nothex",
+            "",
+            &token[1..],
+            &format!("{token}0"),
+            "3f9c0b1e4b5016909bb192b818924czz",
+        ] {
+            let err = release(bad).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+            assert!(err.to_string().contains("32 hex digits"), "{err}");
+        }
     }
 
     #[test]

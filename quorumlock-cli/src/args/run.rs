@@ -80,7 +80,7 @@ pub struct RunArgs {
     /// Take the lock shared, as flock -s: shared runs of one name run together, and
     /// exclude the runs without it (which take the lock alone, and wait for the shared
     /// runs to end; a waiting one keeps new shared runs out).
-    #[arg(long, conflicts_with = "permits")]
+    #[arg(short, long, conflicts_with = "permits")]
     pub shared: bool,
 
     /// Take one of K permits of the name, so that at most K runs of it run at once (a

@@ -53,12 +53,20 @@ pub fn fmt_ms(ms: Option<f64>) -> String {
     }
 }
 
-/// A rate as text: `12345/s`, `12.5/s`.
+/// A rate as text: `12345/s`, `12.5/s`, and below one a second with two significant
+/// digits, `0.5/s`, `0.0001/s`: one decimal made `--rate 0.0001` read "at most 0.0/s".
 pub fn fmt_rate(rate: f64) -> String {
     if rate >= 100.0 {
         format!("{rate:.0}/s")
-    } else {
+    } else if rate >= 1.0 || rate <= 0.0 {
         format!("{rate:.1}/s")
+    } else if rate < 1e-9 {
+        format!("{rate:.1e}/s")
+    } else {
+        // The first significant digit is `-log10(rate)` places after the point.
+        let places = (-rate.log10()).ceil() as usize + 1;
+        let text = format!("{rate:.places$}");
+        format!("{}/s", text.trim_end_matches('0'))
     }
 }
 
@@ -114,6 +122,18 @@ mod tests {
     use super::*;
 
     use quorumlock_testkit::measure::{histogram, record};
+
+    #[test]
+    fn small_rates_keep_their_digits() {
+        assert_eq!(fmt_rate(12_345.4), "12345/s");
+        assert_eq!(fmt_rate(12.5), "12.5/s");
+        assert_eq!(fmt_rate(0.5), "0.5/s");
+        assert_eq!(fmt_rate(0.25), "0.25/s");
+        assert_eq!(fmt_rate(0.0001), "0.0001/s");
+        assert_eq!(fmt_rate(0.000123), "0.00012/s");
+        assert_eq!(fmt_rate(0.0), "0.0/s");
+        assert_eq!(fmt_rate(1e-12), "1.0e-12/s");
+    }
 
     #[test]
     fn quantiles_are_in_milliseconds() {

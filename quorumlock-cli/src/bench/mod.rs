@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::args::{BenchArgs, GlobalArgs};
 use crate::exit::{CliError, Kind};
+use crate::explain;
 use crate::nodes::{check_urls, node_urls};
 use crate::output::{Event, Output};
 
@@ -127,7 +128,7 @@ pub struct Cleanup {
 pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result<u8, CliError> {
     let urls = node_urls(global)?;
     let node_set = check_urls(global, &urls)?;
-    let clients = servers(&node_set)?;
+    let clients = servers(&node_set, global)?;
     if let Some(path) = &args.plot {
         plot::check(path)?;
     }
@@ -206,7 +207,7 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
 
     let lock = Redlock::connect(node_set, config.clone())
         .await
-        .map_err(|error| CliError::from_lock(&error))?;
+        .map_err(|error| explain::lock_error(&error, global))?;
     // From here on keys may exist: a signal must reach the clean-up, not kill the process.
     let mut signals = Signals::install()?;
     let quorum = lock.quorum();
@@ -257,7 +258,7 @@ pub async fn bench(global: &GlobalArgs, args: &BenchArgs, out: Output) -> Result
         // Nothing measured: clean up, then say why.
         let cleanup = clean_up().await;
         report_cleanup(&cleanup, out);
-        return Err(CliError::from_lock(&error));
+        return Err(explain::lock_error(&error, global));
     }
     if interrupted.is_none() {
         for &concurrency in &args.concurrency {
@@ -379,15 +380,15 @@ fn lock_config(
     }
     builder
         .build()
-        .map_err(|error| CliError::from_lock(&LockError::Config(error)))
+        .map_err(|error| explain::config_error(&error, global))
 }
 
 /// Each node's name and client, for the probes: bench measures standalone servers, whose
 /// round trips its probes can time one by one.
-fn servers(nodes: &Nodes) -> Result<Vec<(redis::Client, String)>, CliError> {
+fn servers(nodes: &Nodes, global: &GlobalArgs) -> Result<Vec<(redis::Client, String)>, CliError> {
     let clients = nodes
         .clients()
-        .map_err(|error| CliError::from_lock(&error))?;
+        .map_err(|error| explain::lock_error(&error, global))?;
     nodes
         .addresses()
         .iter()

@@ -66,6 +66,8 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
         quorum,
         verdict: &verdict,
         agree: agree(&views),
+        others: family.holders(),
+        permits_read: family.permits_read(),
     };
     let mut json = report.json(&plain);
     if let Some(nodes) = json["nodes"].as_array_mut() {
@@ -111,6 +113,11 @@ struct Report<'a> {
     quorum: usize,
     verdict: &'a Verdict,
     agree: bool,
+    /// Who holds the name other than an exclusive holder (readers, permits), if anyone:
+    /// the key's verdict is the exclusive side's alone, and "free" would not be true.
+    others: Option<String>,
+    /// Whether the permits were read, so that "free" may say they were not.
+    permits_read: bool,
 }
 
 impl Report<'_> {
@@ -177,7 +184,14 @@ impl Report<'_> {
             Verdict::Held { token, nodes } => {
                 format!("held by {token} on {nodes}/{total} nodes (quorum {quorum})")
             }
-            Verdict::Free => "free".to_owned(),
+            Verdict::Free => match (&self.others, self.permits_read) {
+                (Some(others), _) => format!("{others}; no exclusive holder"),
+                (None, true) => "free".to_owned(),
+                // Permit slots are keys of their own, found only by their count.
+                (None, false) => {
+                    "free (no holder, no reader; permits are read with --permits K)".to_owned()
+                }
+            },
             Verdict::Split => format!(
                 "split: no token is on a quorum ({quorum} of {total}); an acquisition, release or \
                  expiry may be in progress, or a node lost its keys"
@@ -225,6 +239,8 @@ mod tests {
             quorum: 2,
             verdict: &verdict,
             agree: false,
+            others: None,
+            permits_read: false,
         };
         let text = report.text(&names);
         assert!(text.contains("redis://a:1  tok  10s left"), "{text}");
@@ -235,5 +251,31 @@ mod tests {
         assert_eq!(value["nodes"][0]["token"], "tok");
         assert_eq!(value["nodes"][0]["ttl_ms"], 10_000);
         assert_eq!(value["nodes"][1]["state"], "failed");
+    }
+
+    #[test]
+    fn a_name_held_by_readers_or_permits_is_not_free() {
+        let names = vec!["redis://a:1".to_owned()];
+        let views = [NodeView::Free];
+        let verdict = verdict(&views, 1);
+        let report = |others: Option<&str>, permits_read| Report {
+            resource: "job",
+            key: "job",
+            views: &views,
+            quorum: 1,
+            verdict: &verdict,
+            agree: true,
+            others: others.map(str::to_owned),
+            permits_read,
+        };
+        let text = report(Some("held by 2 reader(s)"), false).text(&names);
+        let last = text.lines().last().unwrap();
+        assert_eq!(last, "held by 2 reader(s); no exclusive holder");
+        let text = report(None, false).text(&names);
+        assert!(
+            text.ends_with("permits are read with --permits K)"),
+            "{text}"
+        );
+        assert!(report(None, true).text(&names).ends_with("\nfree"));
     }
 }

@@ -11,6 +11,7 @@ use quorumlock::Nodes;
 use crate::args::GlobalArgs;
 use crate::duration::format_duration;
 use crate::exit::CliError;
+use crate::explain;
 use crate::nodes::check_urls;
 
 use super::view::NodeView;
@@ -30,7 +31,7 @@ pub fn members(
         .collect();
     let clients = nodes
         .clients()
-        .map_err(|error| CliError::from_lock(&error))?;
+        .map_err(|error| explain::lock_error(&error, global))?;
     Ok((names, clients))
 }
 

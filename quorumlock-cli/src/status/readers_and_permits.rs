@@ -227,6 +227,29 @@ impl ReadersAndPermits {
         }
     }
 
+    /// Who holds the name other than an exclusive holder, for the verdict: its readers,
+    /// and its permits when they were read (`--permits K`); `None` when nobody does.
+    pub fn holders(&self) -> Option<String> {
+        let mut holders = Vec::new();
+        let readers = self.holding_readers();
+        if readers > 0 {
+            holders.push(format!("{readers} reader(s)"));
+        }
+        if let Some(slots) = self.permits.as_ref().filter(|_| self.permits_in_use() > 0) {
+            holders.push(format!(
+                "{} of {} permits",
+                self.permits_in_use(),
+                slots.len()
+            ));
+        }
+        (!holders.is_empty()).then(|| format!("held by {}", holders.join(" and ")))
+    }
+
+    /// Whether the permits were read (`--permits K`).
+    pub fn permits_read(&self) -> bool {
+        self.permits.is_some()
+    }
+
     fn permits_in_use(&self) -> usize {
         self.permits.as_ref().map_or(0, |slots| {
             slots

@@ -8,7 +8,7 @@ use quorumlock::{LockConfig, RedisLock};
 use quorumlock_testkit::{SentinelDeployment, ShardedCluster};
 use tokio::process::Command;
 
-use crate::support::{bare, code, output, stderr, stdout};
+use crate::support::{bare, code, output, stderr, stdout, FOREIGN_TOKEN};
 
 /// A three-master cluster, a `quorumlock` command with it as the one node, and a
 /// `RedisLock` on it.
@@ -80,7 +80,7 @@ async fn release_deletes_a_lock_on_a_cluster_member_by_its_token() {
     assert_eq!(value_on_owner().await, Some(token.clone()));
 
     // A wrong token touches nothing; the holder's deletes the key on the slot's master.
-    let wrong = output(quorumlock().args(["release", "nightly", "--token", "not-the-token"])).await;
+    let wrong = output(quorumlock().args(["release", "nightly", "--token", FOREIGN_TOKEN])).await;
     assert_eq!(code(&wrong), 1, "{}", stderr(&wrong));
     assert_eq!(value_on_owner().await, Some(token.clone()));
     let released = output(quorumlock().args(["release", "nightly", "--token", &token])).await;

@@ -8,12 +8,15 @@
 //! - [`tls`]: `rediss://` nodes and the TLS options;
 //! - [`acl`]: every command as an ACL user with exactly the documented grants (on another
 //!   server: `QUORUMLOCK_REDIS_SERVER=... cargo test -p quorumlock-cli --test cli acl::`);
-//! - [`bench`]: `quorumlock bench`.
+//! - [`bench`]: `quorumlock bench`;
+//! - [`members`]: nodes that cannot serve the lock, named with their cause;
+//! - [`messages`]: what the errors say, the usage line and `--help` (issue 29).
 
 mod acl;
 mod bench;
 mod cluster;
 mod members;
+mod messages;
 mod run;
 mod shared_and_permits;
 mod support;

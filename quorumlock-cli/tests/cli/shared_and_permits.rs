@@ -39,6 +39,12 @@ async fn shared_runs_run_together_and_exclude_plain_runs() {
         0,
         "shared with shared"
     );
+    // flock's -s, as the README says run takes it.
+    assert_eq!(
+        try_run(&cluster, "catalog", &["-s"]).await,
+        0,
+        "-s is --shared"
+    );
     assert_eq!(
         try_run(&cluster, "catalog", &[]).await,
         75,
@@ -49,6 +55,12 @@ async fn shared_runs_run_together_and_exclude_plain_runs() {
     assert_eq!(code(&status), 0, "{}", stderr(&status));
     let text = stdout(&status);
     assert!(text.contains("readers: 1 holding"), "{text}");
+    // The verdict line does not call a name its readers hold free.
+    assert!(
+        text.contains("\nheld by 1 reader(s); no exclusive holder\n"),
+        "{text}"
+    );
+    assert!(!text.lines().any(|line| line.starts_with("free")), "{text}");
     let json = output(quorumlock(&cluster).args(["status", "catalog", "--json"])).await;
     let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(report["readers"]["holding"], 1, "{report}");
@@ -77,6 +89,18 @@ async fn at_most_k_runs_with_permits_and_status_shows_them() {
         stdout(&status).contains("permits: 2 of 2 in use"),
         "{}",
         stdout(&status)
+    );
+    assert!(
+        stdout(&status).contains("\nheld by 2 of 2 permits; no exclusive holder\n"),
+        "{}",
+        stdout(&status)
+    );
+    // Without --permits the slots are not found, and the verdict says they were not read.
+    let unread = output(quorumlock(&cluster).args(["status", "uploads"])).await;
+    assert!(
+        stdout(&unread).contains("permits are read with --permits K"),
+        "{}",
+        stdout(&unread)
     );
     let json =
         output(quorumlock(&cluster).args(["status", "uploads", "--permits", "2", "--json"])).await;

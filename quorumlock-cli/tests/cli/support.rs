@@ -48,6 +48,10 @@ pub fn quorumlock(cluster: &RedisCluster) -> Command {
     command
 }
 
+/// A well-formed token (32 hex digits, as `release --token` requires) that no lock holds:
+/// another owner's, for the releases that must not delete anything.
+pub const FOREIGN_TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
 /// The per-node timeout (`--node-timeout`) of most tests here: well above the 50 ms
 /// default, so that a machine loaded by parallel builds does not turn slow answers into
 /// failed nodes.

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 
 use quorumlock_testkit::{NodeOptions, NodeTls, RedisCluster, TestCertificates};
 
-use crate::support::{bare, code, output, stderr, stdout};
+use crate::support::{bare, code, output, stderr, stdout, FOREIGN_TOKEN};
 
 async fn tls_cluster(nodes: usize, certs: &TestCertificates, auth_clients: bool) -> RedisCluster {
     let options = NodeOptions::default().with_tls(NodeTls::from_certificates(certs, auth_clients));
@@ -61,7 +61,7 @@ async fn the_cli_takes_the_tls_flags_and_environment() {
     let status = output(with_env().args(["status", "cli-tls"])).await;
     assert_eq!(code(&status), 0, "{}", stderr(&status));
     assert!(stdout(&status).contains("free"));
-    let release = output(with_env().args(["release", "cli-tls", "--token", "nobody"])).await;
+    let release = output(with_env().args(["release", "cli-tls", "--token", FOREIGN_TOKEN])).await;
     let text = stderr(&release);
     assert!(!text.contains("failed"), "{text}");
     // Insecure skips verification of the server but still presents the client certificate.
@@ -89,7 +89,7 @@ async fn the_cli_operator_commands_take_rediss_without_options() {
     let url = format!("{}/#insecure", cluster.node(0).tls_url().unwrap());
     for args in [
         &["status", "plain"][..],
-        &["release", "plain", "--token", "x"][..],
+        &["release", "plain", "--token", FOREIGN_TOKEN][..],
     ] {
         let output = output(bare().env("QUORUMLOCK_NODES", &url).args(args)).await;
         let stderr = stderr(&output);

@@ -163,14 +163,25 @@ fn percentile_label(x: &f64) -> String {
 /// the sample count supports (`log10` of it: 1,000 samples reach 99.9 %).
 fn percentile_points(hist: &Histogram<u64>) -> Vec<(f64, f64)> {
     let x_max = (hist.len() as f64).log10().clamp(0.0, MAX_NINES);
-    (0..=(MAX_NINES * 100.0) as u32)
+    let mut points: Vec<(f64, f64)> = (0..=(MAX_NINES * 100.0) as u32)
         .map(|i| f64::from(i) / 100.0)
         .take_while(|x| *x <= x_max)
         .map(|x| {
             let q = 1.0 - 10f64.powf(-x);
             (x, hist.value_at_quantile(q) as f64 / 1_000.0)
         })
-        .collect()
+        .collect();
+    // The last percentile a line reaches, `1 - 1/n`, is the next-to-largest sample: the
+    // largest (the 100th percentile, beyond any point of the axis) ends the line at the
+    // same place, as HdrHistogram's plots draw it, so that the line's top is the maximum
+    // the report's table prints.
+    let max = hist.max() as f64 / 1_000.0;
+    if let Some(&(x, y)) = points.last() {
+        if max > y {
+            points.push((x, max));
+        }
+    }
+    points
 }
 
 /// Which points of a line get a mark.
@@ -299,6 +310,19 @@ mod tests {
         // At 99.9 %, the 999th of 1,000 samples: about 1 ms.
         assert!((0.99..=1.01).contains(&last.1), "{last:?}");
         assert!(points.windows(2).all(|pair| pair[0].1 <= pair[1].1));
+    }
+
+    #[test]
+    fn a_line_ends_at_its_largest_sample() {
+        let mut hist = histogram();
+        for _ in 0..999 {
+            record(&mut hist, Duration::from_millis(1));
+        }
+        record(&mut hist, Duration::from_millis(50));
+        let last = *percentile_points(&hist).last().unwrap();
+        let max = super::super::max(&hist).unwrap().as_secs_f64() * 1_000.0;
+        assert!((last.1 - max).abs() < 1e-9, "{last:?}, max {max}");
+        assert!((49.9..=50.1).contains(&last.1), "{last:?}");
     }
 
     #[test]
