@@ -223,9 +223,8 @@ pub enum NodeError {
     /// name.
     #[error("the node does not support the {0} request")]
     Unsupported(&'static str),
-    /// The node refused a read or a permit because the name is held there in another
-    /// mode ([`NodeReply::HeldAs`](crate::node::NodeReply::HeldAs)). Not a failure: the
-    /// node answered and took nothing, and the round counts it as a refusal.
+    /// The node refused a read or a permit: the name is held in another mode there. Not a
+    /// failure: the node took nothing, and the round counts it as a refusal.
     #[error("the name is held as {0}")]
     HeldAs(HeldAs),
 }
@@ -261,8 +260,7 @@ pub struct Tally {
     pub refused: Vec<String>,
     /// The nodes that failed or did not answer in time.
     pub failures: Vec<NodeFailure>,
-    /// The mode a refusing node said the name is held in, when one did
-    /// ([`NodeError::HeldAs`]).
+    /// The mode a refusing node said the name is held in ([`NodeError::HeldAs`]).
     pub held_as: Option<HeldAs>,
 }
 
@@ -412,10 +410,8 @@ pub enum LockError {
         /// Why it was rejected.
         reason: String,
     },
-    /// The name is held in another mode than the one asked for: readers asked while
-    /// permits of a semaphore hold it, or permits of one K while readers or permits of
-    /// another K hold it. A name is one lock, so this is a mistake of the callers (two of
-    /// them use one name for two locks), not contention: it is not retried.
+    /// The name is held in another mode (readers, or permits of another K) than the one
+    /// asked for: two callers use one name for two locks, which no retry can fix.
     #[error(
         "lock {resource:?} is held as {held_as}: one name is one lock, so it cannot be \
          taken in another mode or with another number of permits ({tally})"

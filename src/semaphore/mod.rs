@@ -38,8 +38,10 @@ pub use self::permit::Permit;
 /// Each permit is the lock of one of `K` slots, so it has everything a [`LockGuard`](crate::LockGuard)
 /// has: a token, a validity deadline, [`refresh`](Permit::refresh),
 /// [`auto_extend`](Permit::auto_extend), the [`lost`](Permit::lost) signal, and a release
-/// when dropped. Every client of one semaphore must use the same name and the same `K`:
-/// a client that believes in more slots than the others can hold one of the extra ones.
+/// when dropped. A name is one lock: while permits of `K` are held, a semaphore of the
+/// same name with another `K`, or a reader of it, is refused with
+/// [`LockError::ModeMismatch`], and a mutex of the name is [`LockError::Held`] until they
+/// are given back (docs/safety.md, "One name, one lock").
 ///
 /// ```
 /// use std::time::Duration;

@@ -21,6 +21,7 @@ mod frozen_node;
 mod handoff;
 mod healing;
 mod identity;
+mod modes;
 mod multi;
 mod observability;
 mod oversell;

@@ -97,11 +97,12 @@ async fn read_readers(client: Option<redis::Client>, key: &str, budget: Duration
     };
     let query = async {
         let mut connection = client.get_multiplexed_async_connection().await?;
+        // Readers only: the list also names the name's permits, scored with their K.
         let (listed, waiting): (Vec<String>, i64) = redis::pipe()
-            .cmd("ZRANGE")
+            .cmd("ZRANGEBYSCORE")
             .arg(keys::readers_key(key))
             .arg(0)
-            .arg(-1)
+            .arg(0)
             .cmd("PTTL")
             .arg(keys::writer_waiting_key(key))
             .query_async(&mut connection)
