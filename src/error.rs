@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::held_as::HeldAs;
+
 /// Why a [`LockConfig`](crate::LockConfig) was rejected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -221,6 +223,10 @@ pub enum NodeError {
     /// name.
     #[error("the node does not support the {0} request")]
     Unsupported(&'static str),
+    /// The node refused a read or a permit: the name is held in another mode there. Not a
+    /// failure: the node took nothing, and the round counts it as a refusal.
+    #[error("the name is held as {0}")]
+    HeldAs(HeldAs),
 }
 
 /// A node and what went wrong with it; the node's name never contains a password.
@@ -254,6 +260,8 @@ pub struct Tally {
     pub refused: Vec<String>,
     /// The nodes that failed or did not answer in time.
     pub failures: Vec<NodeFailure>,
+    /// The mode a refusing node said the name is held in ([`NodeError::HeldAs`]).
+    pub held_as: Option<HeldAs>,
 }
 
 impl Tally {
@@ -402,6 +410,20 @@ pub enum LockError {
         /// Why it was rejected.
         reason: String,
     },
+    /// The name is held in another mode (readers, or permits of another K) than the one
+    /// asked for: two callers use one name for two locks, which no retry can fix.
+    #[error(
+        "lock {resource:?} is held as {held_as}: one name is one lock, so it cannot be \
+         taken in another mode or with another number of permits ({tally})"
+    )]
+    ModeMismatch {
+        /// The resource.
+        resource: String,
+        /// The mode a refusing node named.
+        held_as: HeldAs,
+        /// How the nodes answered.
+        tally: Tally,
+    },
     /// A guard was passed to a lock that did not create it.
     #[error("lock {resource:?}: this guard belongs to another lock instance")]
     ForeignGuard {
@@ -434,7 +456,8 @@ impl LockError {
             | LockError::TimedOut { resource, .. }
             | LockError::FencingExhausted { resource, .. }
             | LockError::Lost { resource, .. }
-            | LockError::ForeignGuard { resource } => Some(resource),
+            | LockError::ForeignGuard { resource }
+            | LockError::ModeMismatch { resource, .. } => Some(resource),
             LockError::Config(_) | LockError::InvalidNode { .. } => None,
         }
     }
@@ -444,7 +467,8 @@ impl LockError {
         match self {
             LockError::Held { tally, .. }
             | LockError::NoQuorum { tally, .. }
-            | LockError::NotHeld { tally, .. } => Some(tally),
+            | LockError::NotHeld { tally, .. }
+            | LockError::ModeMismatch { tally, .. } => Some(tally),
             _ => None,
         }
     }
@@ -541,6 +565,7 @@ mod tests {
                         error: NodeError::Timeout(Duration::from_millis(50)),
                     },
                 ],
+                held_as: None,
             },
         };
         let text = err.to_string();

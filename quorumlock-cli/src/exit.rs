@@ -43,7 +43,8 @@ Exit codes:
   71       operating-system error (signal handler or thread could not be set up)
   75       the lock is held elsewhere (after waiting, with --wait); -E CODE changes it
   78       configuration error: no nodes, a node that is not a usable master,
-           settings that do not fit
+           settings that do not fit, a name held in another mode (--shared or
+           --permits with another K)
   126      run: the command was found but could not be executed
   127      run: the command was not found";
 
@@ -181,6 +182,10 @@ impl CliError {
             LockError::FencingExhausted { .. } => {
                 Some("the fencing counter is exhausted: lock another name")
             }
+            LockError::ModeMismatch { .. } => Some(
+                "every run of one name must take it the same way: all with the same \
+                 --permits K, or without --permits; use another name for another lock",
+            ),
             _ => None,
         };
         let mut cli = CliError::new(kind, error.to_string());
@@ -208,7 +213,8 @@ fn tally_of(error: &LockError) -> Option<&Tally> {
     match error {
         LockError::Held { tally, .. }
         | LockError::NoQuorum { tally, .. }
-        | LockError::NotHeld { tally, .. } => Some(tally),
+        | LockError::NotHeld { tally, .. }
+        | LockError::ModeMismatch { tally, .. } => Some(tally),
         LockError::TimedOut { last, .. } => last.as_deref().and_then(tally_of),
         _ => None,
     }
@@ -227,7 +233,10 @@ pub fn classify(error: &LockError) -> Kind {
         LockError::NotHeld { .. } | LockError::Expired { .. } | LockError::Lost { .. } => {
             Kind::Lost
         }
-        LockError::Config(_) | LockError::InvalidNode { .. } => Kind::Config,
+        // Two users of one name disagree on what lock it is: no wait can fix that.
+        LockError::Config(_) | LockError::InvalidNode { .. } | LockError::ModeMismatch { .. } => {
+            Kind::Config
+        }
         LockError::InvalidResource { .. } => Kind::Usage,
         // A guard of another lock instance cannot happen here (one lock per process), and
         // the enum is non-exhaustive: treat anything else as a failure of the nodes.
@@ -268,6 +277,7 @@ mod tests {
                 node: "redis://127.0.0.1:7001".into(),
                 error: NodeError::Connection("refused".into()),
             }],
+            held_as: None,
         }
     }
 

@@ -225,8 +225,9 @@ impl<'n> dyn LockNode + 'n {
         self.watch(NodeRequest::WatchReservations { client })
     }
 
-    /// [`NodeRequest::LockShared`]: whether the reader's entry was taken. Unsupported, an
-    /// error: a node that cannot keep readers out of a writer's way must not grant either.
+    /// [`NodeRequest::LockShared`]: whether the reader's entry was taken; a name held in
+    /// another mode is [`NodeError::HeldAs`]. Unsupported, an error: a node that cannot
+    /// keep readers out of a writer's way must not grant either.
     pub fn try_lock_shared<'a>(
         &'a self,
         keys: &'a [Arc<str>],
@@ -240,7 +241,42 @@ impl<'n> dyn LockNode + 'n {
             ttl,
             writer,
         };
-        self.expect(request, done)
+        self.claim(request)
+    }
+
+    /// [`NodeRequest::LockPermit`]: whether the permit's slot was taken; a name held in
+    /// another mode is [`NodeError::HeldAs`]. Unsupported, an error, as for
+    /// `try_lock_shared`.
+    pub fn try_lock_permit<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        name: &'a str,
+        permits: u32,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + Unpin + 'a {
+        let request = NodeRequest::LockPermit {
+            keys,
+            token,
+            ttl,
+            name,
+            permits,
+        };
+        self.claim(request)
+    }
+
+    /// Sends a shared claim: its refusal for another mode comes back as the error that
+    /// names the mode, which the round counts as a refusal (not as a failed node).
+    fn claim<'a>(
+        &'a self,
+        request: NodeRequest<'a>,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + Unpin + 'a {
+        let what = request.what();
+        self.call(request).map(move |reply| match reply? {
+            NodeReply::Done(done) => Ok(done),
+            NodeReply::HeldAs(mode) => Err(NodeError::HeldAs(mode)),
+            other => Err(unexpected(what, &other)),
+        })
     }
 
     /// [`NodeRequest::LockExclusive`]: whether the write side was taken. Unsupported, an

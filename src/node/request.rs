@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::watch::ReleaseWatch;
+use crate::held_as::HeldAs;
 use crate::token::LockToken;
 
 /// One request to a lock node; see [`LockNode::call`](super::LockNode::call).
@@ -169,6 +170,27 @@ pub enum NodeRequest<'a> {
         /// will not try again.
         waiting: Option<Duration>,
     },
+    /// A permit of a semaphore of `permits` permits: sets the slot `keys` to `token` with a
+    /// TTL and lists it among the holders of `name` (the name's lock key), only if `name`
+    /// is free and every live listed holder is a permit of the same `permits`. Answers
+    /// [`Done(true)`](NodeReply::Done) when the slot was taken, and
+    /// [`HeldAs`](NodeReply::HeldAs) when a reader or a permit of another K holds the
+    /// name. The slot is then a lock key like any other: released, extended and checked by
+    /// [`Unlock`](Self::Unlock), [`Extend`](Self::Extend) and [`Holds`](Self::Holds).
+    ///
+    /// Unsupported: as for [`LockShared`](Self::LockShared), a failure, never a grant.
+    LockPermit {
+        /// The permit's slot (one key).
+        keys: &'a [Arc<str>],
+        /// The token to set it to.
+        token: &'a LockToken,
+        /// How long it lives.
+        ttl: Duration,
+        /// The name's lock key.
+        name: &'a str,
+        /// How many permits the semaphore has.
+        permits: u32,
+    },
     /// Records `record` as the leader's, only while the lock key `keys` holds `token`:
     /// [`Done`](NodeReply::Done) says whether it did. Kept beside the lock key, without
     /// a TTL: a record whose token no longer holds the lock is stale and never read.
@@ -206,6 +228,7 @@ impl NodeRequest<'_> {
             NodeRequest::WatchReservations { .. } => "watch reservations",
             NodeRequest::LockShared { .. } => "lock shared",
             NodeRequest::LockExclusive { .. } => "lock exclusive",
+            NodeRequest::LockPermit { .. } => "lock permit",
             NodeRequest::Proclaim { .. } => "proclaim",
             NodeRequest::ReadProclamation { .. } => "read proclamation",
         }
@@ -224,6 +247,9 @@ pub enum NodeReply {
     Watch(ReleaseWatch),
     /// A stored text, or its absence.
     Text(Option<String>),
+    /// Refused: the name is held in this other mode (an answer to
+    /// [`LockShared`](NodeRequest::LockShared) and [`LockPermit`](NodeRequest::LockPermit)).
+    HeldAs(HeldAs),
     /// The node does not implement this request.
     Unsupported,
 }

@@ -16,7 +16,7 @@
 //! | `quorumlock:watched:<key>` | string | present while some waiter that races for `<key>` (not queued) wants its releases announced |
 //! | `quorumlock:fence:<key>` | string | the [fencing](crate::fencing) counter of `<key>`; never expires |
 //! | `quorumlock:reader:<key>:<id>` | string | one reader's entry of a read-write lock whose write side is `<key>`: its token, with its own TTL; released, extended and checked as a mutex key |
-//! | `quorumlock:readers:<key>` | sorted set | the names of the reader entries of `<key>`; an entry that no longer exists is a reader gone, and is dropped when next seen |
+//! | `quorumlock:readers:<key>` | sorted set | the names of the shared holders of `<key>`: reader entries (score 0) and the permit slots of the semaphore of the name (score K, its permits); an entry that no longer exists is a holder gone, and is dropped when next seen. Every exclusive acquisition of `<key>` refuses while a listed entry exists |
 //! | `quorumlock:writer-waiting:<key>` | string | present while a blocked writer waits: new readers are refused (writer preference) |
 //! | `quorumlock:leader:<key>` | string | an election's leader record: `<lock token> <record>`; current only while `<key>` holds that token |
 //!
@@ -30,8 +30,11 @@
 //! reader entries the list names, which are not among their KEYS: on a Redis Cluster,
 //! those names share the hash slot of `<key>` only when `<key>` has a hash tag.
 //!
-//! A semaphore's permit slots are mutex locks of resources of their own
-//! ([`permit_resource`]), with the keys above.
+//! A semaphore's permit slots are locks of resources of their own ([`permit_resource`]),
+//! with the keys above, each listed among the shared holders of the semaphore name's own
+//! key (`quorumlock:readers:<key>`, score K) by the script that takes it: so a mutex of
+//! the name, its readers and permits of another K are refused while a permit lives
+//! (docs/safety.md, "One name, one lock").
 //!
 //! # Channels
 //!
@@ -45,10 +48,12 @@
 //! reservation on the channel of the id's client part, everything before its last `:`.
 //!
 //! The Lua scripts ([`NodeScript`](super::NodeScript)) take every name as a key or an
-//! argument, but for three they spell themselves: the reservation prefix
-//! ([`RESERVED_PREFIX`]), the waiters' channel ([`WAITER_CHANNEL_PREFIX`]) and the sharded
-//! release channel ([`SHARDED_RELEASE_CHANNEL_PREFIX`]), which a test holds against these
-//! constants.
+//! argument, but for four they spell themselves: the reservation prefix
+//! ([`RESERVED_PREFIX`]), the waiters' channel ([`WAITER_CHANNEL_PREFIX`]), the sharded
+//! release channel ([`SHARDED_RELEASE_CHANNEL_PREFIX`]), and the holder list
+//! ([`READERS_PREFIX`]), which every exclusive acquisition reads beside each of its keys
+//! (as the read-write lock's scripts read reader entries not among their KEYS); a test
+//! holds them against these constants.
 
 /// The queue of the lock key `key` is this prefix and the key: the waiters in order.
 pub const QUEUE_PREFIX: &str = "quorumlock:waiters:";
@@ -214,6 +219,15 @@ mod tests {
         for script in [NodeScript::LockQueued].into_iter().chain(frees_keys) {
             let source = script.source();
             assert!(source.contains(&format!("local RESERVED = \"{RESERVED_PREFIX}\"")));
+        }
+        for script in [
+            NodeScript::Lock,
+            NodeScript::LockWatching,
+            NodeScript::LockQueued,
+            NodeScript::LockQueuedMany,
+        ] {
+            let source = script.source();
+            assert!(source.contains(&format!("local list = \"{READERS_PREFIX}\" .. key")));
         }
         for script in frees_keys {
             let source = script.source();

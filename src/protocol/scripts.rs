@@ -64,6 +64,9 @@ pub enum NodeScript {
     /// Writes an election leader's record while its lock key holds its token. KEYS: the
     /// lock key, the record. ARGV: token, record.
     Proclaim,
+    /// Takes a permit slot of a semaphore. KEYS: the slot, the name's lock key, its
+    /// holder list. ARGV: token, TTL in ms, the semaphore's permits.
+    LockPermit,
 }
 
 /// The keys a script takes after the lock keys of its call.
@@ -81,7 +84,7 @@ pub(crate) enum KeyLayout {
 
 impl NodeScript {
     /// Every script, in the order the node's scripts are listed.
-    pub const ALL: [NodeScript; 11] = [
+    pub const ALL: [NodeScript; 12] = [
         NodeScript::Lock,
         NodeScript::LockWatching,
         NodeScript::LockQueued,
@@ -93,6 +96,7 @@ impl NodeScript {
         NodeScript::LockShared,
         NodeScript::LockExclusive,
         NodeScript::Proclaim,
+        NodeScript::LockPermit,
     ];
 
     /// The script's Lua source, exactly as the node sends it.
@@ -109,6 +113,7 @@ impl NodeScript {
             NodeScript::LockShared => LOCK_SHARED,
             NodeScript::LockExclusive => LOCK_EXCLUSIVE,
             NodeScript::Proclaim => PROCLAIM,
+            NodeScript::LockPermit => LOCK_PERMIT,
         }
     }
 
@@ -145,9 +150,10 @@ impl NodeScript {
         match self {
             NodeScript::Lock | NodeScript::Extend | NodeScript::RaiseCounter => KeyLayout::LockKeys,
             // Their whole KEYS come from `wire`, with the family's prefixes.
-            NodeScript::LockShared | NodeScript::LockExclusive | NodeScript::Proclaim => {
-                KeyLayout::LockKeys
-            }
+            NodeScript::LockShared
+            | NodeScript::LockExclusive
+            | NodeScript::LockPermit
+            | NodeScript::Proclaim => KeyLayout::LockKeys,
             NodeScript::LockWatching => KeyLayout::FirstMarker,
             NodeScript::LockQueued => KeyLayout::Queues,
             NodeScript::LockQueuedMany | NodeScript::Unlock | NodeScript::LeaveQueue => {
@@ -171,12 +177,13 @@ impl KeyLayout {
     }
 }
 
-/// Takes every key for our token with a TTL, only if none exists: all or nothing. A key
-/// reserved for a waiter exists, so it is not taken. (One key goes through plain
-/// `SET NX PX` instead.)
+/// Takes every key for our token with a TTL, only if none exists and no shared holder
+/// (a reader, a permit) of any of them is live: all or nothing. A key reserved for a
+/// waiter exists, so it is not taken. Every exclusive acquisition asks `held_shared`
+/// (`holders.lua`), which costs one `EXISTS` while the name has no holder list.
 ///
 /// KEYS: the lock keys. ARGV: token, TTL in ms.
-const LOCK: &str = lua!("lock.lua");
+const LOCK: &str = lua!("holders.lua", "lock.lua");
 
 /// As [`LOCK`], for a waiter that races for the keys and watches their releases: when
 /// refused, the first key is marked as watched for the waiter's interest (unless marked
@@ -184,7 +191,7 @@ const LOCK: &str = lua!("lock.lua");
 ///
 /// KEYS: the lock keys, then the first key's watch marker. ARGV: token, TTL in ms,
 /// interest in ms.
-const LOCK_WATCHING: &str = lua!("lock_watching.lua");
+const LOCK_WATCHING: &str = lua!("holders.lua", "lock_watching.lua");
 
 /// As [`LOCK`], for a queued waiter for one key: the key reserved for this waiter counts as
 /// free. When refused, the waiter is queued at its ticket, or its place refreshed. (Several
@@ -192,7 +199,7 @@ const LOCK_WATCHING: &str = lua!("lock_watching.lua");
 ///
 /// KEYS: the lock key, then its queue and deadlines. ARGV: token, TTL in ms,
 /// waiter id, ticket, place lifetime in ms.
-const LOCK_QUEUED: &str = lua!("queue.lua", "lock_queued.lua");
+const LOCK_QUEUED: &str = lua!("queue.lua", "holders.lua", "lock_queued.lua");
 
 /// As [`LOCK_QUEUED`], for a waiter for several keys. It queues under the key it is
 /// blocked on (held by a token, or reserved for another waiter), so that the releases of
@@ -205,7 +212,12 @@ const LOCK_QUEUED: &str = lua!("queue.lua", "lock_queued.lua");
 /// KEYS: the n lock keys, each key's queue and deadlines (in the keys' order), then each
 /// key's watch marker. ARGV: token, TTL in ms, waiter id, ticket, place lifetime in ms,
 /// channel prefix.
-const LOCK_QUEUED_MANY: &str = lua!("queue.lua", "pass_on.lua", "lock_queued_many.lua");
+const LOCK_QUEUED_MANY: &str = lua!(
+    "queue.lua",
+    "holders.lua",
+    "pass_on.lua",
+    "lock_queued_many.lua"
+);
 
 /// Deletes each key that still holds our token, and hands each to the next waiter in its
 /// own queue, if any. A release is announced (none when `ARGV[2]` is empty) only when
@@ -239,8 +251,9 @@ const EXTEND: &str = lua!("extend.lua");
 const RAISE_COUNTER: &str = lua!("raise_counter.lua");
 
 /// Takes a reader's entry, only if the write side is free and no writer waits: sets the
-/// entry (`NX`: an entry is never overwritten) and lists it among the readers, forgetting
-/// the listed entries that no longer exist.
+/// entry (`NX`: an entry is never overwritten) and lists it among the readers (score 0),
+/// forgetting the listed entries that no longer exist. A live listed permit (a score K > 0)
+/// refuses it with `held-as:K`: the name is a semaphore's while that permit lives.
 ///
 /// KEYS: the reader's entry, the write side, the reader list, the writer-waiting marker.
 /// ARGV: token, TTL in ms.
@@ -254,6 +267,14 @@ const LOCK_SHARED: &str = lua!("lock_shared.lua");
 /// KEYS: the write side, the reader list, the writer-waiting marker. ARGV: token, TTL in
 /// ms, waiting time in ms (0: do not mark).
 const LOCK_EXCLUSIVE: &str = lua!("lock_exclusive.lua");
+
+/// Takes a permit slot of a semaphore of K permits, only if the name's lock key is free
+/// (no mutex, writer or reservation) and every live listed holder is a permit of the
+/// same K: sets the slot (`NX`) and lists it with the score K. A live reader (score 0) or a
+/// permit of another K refuses it with `held-as:<score>`.
+///
+/// KEYS: the slot, the name's lock key, its holder list. ARGV: token, TTL in ms, K.
+const LOCK_PERMIT: &str = lua!("lock_permit.lua");
 
 /// Writes the leader's record, only while the lock key holds the leader's token.
 ///
@@ -270,18 +291,18 @@ mod tests {
     #[test]
     fn every_script_keeps_its_sha1() {
         let pinned = [
-            (NodeScript::Lock, "b7a1ec3f1795ebef4dad59093cd490f16dba8cd2"),
+            (NodeScript::Lock, "5cb181fe69c203756ed7e1ae64d1a4b3f183779a"),
             (
                 NodeScript::LockWatching,
-                "a8839b8b8f5954cffde614b79f668425fba63eb2",
+                "0429ead09598e45d95ca683872bfab73c177439d",
             ),
             (
                 NodeScript::LockQueued,
-                "bcb41ddaed363ff461f8fd1d6322d31a27f055a3",
+                "2e382a1589291b86728121b2379472792aa41354",
             ),
             (
                 NodeScript::LockQueuedMany,
-                "0e628e92ed8358672e3dbe07f2e444fef689a2af",
+                "fe3b3b23f4bb29008c7efb43581d9f9f1caeedcb",
             ),
             (
                 NodeScript::Unlock,
@@ -301,7 +322,7 @@ mod tests {
             ),
             (
                 NodeScript::LockShared,
-                "c08cf9b9ebe415182cc1ce33cfdd9943e85dc34c",
+                "7d5c6549184e6609b7754e50146a9a74723075c4",
             ),
             (
                 NodeScript::LockExclusive,
@@ -310,6 +331,10 @@ mod tests {
             (
                 NodeScript::Proclaim,
                 "13879e18963abd97d40b4dca157dcb1bc6913794",
+            ),
+            (
+                NodeScript::LockPermit,
+                "b02c6df595631607482308a48a43fab8f97b6092",
             ),
         ];
         assert_eq!(pinned.len(), NodeScript::ALL.len());

@@ -1,5 +1,5 @@
 //! [`Claim`]: an acquisition that sends another lock request than the mutex's (the sides
-//! of a read-write lock). Every lease it makes is a mutex lease: released, extended and
+//! of a read-write lock, a semaphore's permit). Every lease it makes is a mutex lease: released, extended and
 //! checked by the mutex's own rounds.
 
 use std::sync::Arc;
@@ -28,6 +28,13 @@ pub(crate) enum Claim {
         /// How long a refused writer keeps new readers out; `None` for one attempt only.
         waiting: Option<Duration>,
     },
+    /// A permit slot of a semaphore, listed beside the name's lock key `name`.
+    Permit {
+        /// The semaphore name's lock key.
+        name: Arc<str>,
+        /// How many permits the semaphore has.
+        permits: u32,
+    },
 }
 
 impl Claim {
@@ -36,6 +43,7 @@ impl Claim {
         match self {
             Claim::Shared { writer } => Command::LockShared(ttl, Arc::clone(writer)),
             Claim::Exclusive { waiting } => Command::LockExclusive(ttl, *waiting),
+            Claim::Permit { name, permits } => Command::LockPermit(ttl, Arc::clone(name), *permits),
         }
     }
 }

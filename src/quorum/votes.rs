@@ -28,6 +28,8 @@ pub(super) enum Command {
     LockShared(Duration, Arc<str>),
     /// The write side, marking a writer as waiting for this long when refused.
     LockExclusive(Duration, Option<Duration>),
+    /// A permit of a semaphore: the name's lock key, and the semaphore's permits.
+    LockPermit(Duration, Arc<str>, u32),
     /// An election leader's record.
     Proclaim(Arc<str>),
 }
@@ -106,6 +108,10 @@ impl Coordinator {
                     Command::LockExclusive(ttl, waiting) => {
                         node.try_lock_exclusive(&keys, &token, ttl, waiting).await
                     }
+                    Command::LockPermit(ttl, name, permits) => {
+                        node.try_lock_permit(&keys, &token, ttl, &name, permits)
+                            .await
+                    }
                     Command::Proclaim(record) => node.proclaim(&keys, &token, &record).await,
                 }
             }
@@ -166,6 +172,14 @@ impl Coordinator {
             if reply.is_ok() {
                 self.observed.replied(index, latency);
             }
+            // A node that refused for another mode answered, and took nothing: a refusal.
+            let reply = match reply {
+                Err(NodeError::HeldAs(mode)) => {
+                    tally.held_as = Some(mode);
+                    Ok(false)
+                }
+                other => other,
+            };
             if let Some(slot) = answers.get_mut(index) {
                 *slot = Some(match reply {
                     Ok(true) => Answer::Granted,
@@ -194,10 +208,18 @@ impl Coordinator {
 
     /// Why an acquisition round failed, from every node's answer: no quorum when the failed
     /// nodes alone rule one out (no release could help), else another holder's keys stand
-    /// in the way, and waiting for their release may succeed.
+    /// in the way, and waiting for their release may succeed. A node that named another
+    /// mode the name is held in makes it a mismatch instead: waiting would not help while
+    /// callers disagree on what lock the name is.
     pub(super) fn refusal(&self, resource: &str, tally: Tally) -> LockError {
         let resource = resource.to_owned();
-        if tally.failures.len() >= self.blocking() {
+        if let Some(held_as) = tally.held_as {
+            LockError::ModeMismatch {
+                resource,
+                held_as,
+                tally,
+            }
+        } else if tally.failures.len() >= self.blocking() {
             LockError::NoQuorum { resource, tally }
         } else {
             LockError::Held { resource, tally }

@@ -85,9 +85,9 @@ use crate::token::LockToken;
 /// # }).unwrap();
 /// ```
 ///
-/// The write side's key is the mutex key of the same name: a plain mutex on that name
-/// excludes writers and later readers, but does not wait for the readers present. Do not
-/// lock the name of a read-write lock as a mutex.
+/// The write side's key is the mutex key of the same name, so a plain mutex on that name
+/// is a writer: it excludes the readers and waits for them. A reader of a name whose
+/// semaphore's permits are held is refused with [`LockError::ModeMismatch`].
 #[derive(Clone)]
 pub struct RwLock {
     lock: Redlock,

@@ -15,15 +15,19 @@
 mod permit;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::config::LockConfig;
 use crate::error::{ConfigError, LockError};
+use crate::guard::LockGuard;
 use crate::lease::LostSignal;
 use crate::protocol::keys::permit_resource;
+use crate::quorum::claim::Claim;
 use crate::redlock::Redlock;
+use crate::resource::{KeyLayout, Resources};
 
 pub use self::permit::Permit;
 
@@ -34,8 +38,10 @@ pub use self::permit::Permit;
 /// Each permit is the lock of one of `K` slots, so it has everything a [`LockGuard`](crate::LockGuard)
 /// has: a token, a validity deadline, [`refresh`](Permit::refresh),
 /// [`auto_extend`](Permit::auto_extend), the [`lost`](Permit::lost) signal, and a release
-/// when dropped. Every client of one semaphore must use the same name and the same `K`:
-/// a client that believes in more slots than the others can hold one of the extra ones.
+/// when dropped. A name is one lock: while permits of `K` are held, a semaphore of the
+/// same name with another `K`, or a reader of it, is refused with
+/// [`LockError::ModeMismatch`], and a mutex of the name is [`LockError::Held`] until they
+/// are given back (docs/safety.md, "One name, one lock").
 ///
 /// ```
 /// use std::time::Duration;
@@ -68,6 +74,9 @@ pub use self::permit::Permit;
 pub struct Semaphore {
     lock: Redlock,
     name: String,
+    /// The name's own lock key, beside which every permit is listed: what makes a mutex
+    /// (or a read-write lock) of the same name and its permits exclude each other.
+    name_key: Arc<str>,
     permits: u32,
 }
 
@@ -82,7 +91,8 @@ impl Semaphore {
     ///
     /// Fails with [`ConfigError::InvalidPermits`] for zero permits or more than
     /// [`MAX_PERMITS`](Self::MAX_PERMITS), and with [`LockError::InvalidResource`] when the
-    /// slots' names would not be valid resources.
+    /// slots' names would not be valid resources, or, on a Redis Cluster member, when the
+    /// name has no hash tag (`{uploads}`) to put its slots in the name's own hash slot.
     pub fn new(lock: Redlock, name: &str, permits: u32) -> Result<Self, LockError> {
         if permits == 0 || permits > Self::MAX_PERMITS {
             return Err(ConfigError::InvalidPermits {
@@ -92,11 +102,19 @@ impl Semaphore {
             .into());
         }
         // The longest slot name is the last one: checked once here, not on each attempt.
-        lock.config().key_for(name)?;
-        lock.config().key_for(&permit_resource(name, permits - 1))?;
+        let (config, layout) = (lock.config(), lock.inner().coordinator().layout());
+        let name_key = Arc::clone(&Resources::new(config, layout, &[name])?.keys[0]);
+        let last = permit_resource(name, permits - 1);
+        Resources::new(config, layout, &[&last])?;
+        if layout == KeyLayout::OneSlot {
+            // A permit's script touches its slot and the name's keys: on a Redis Cluster
+            // they must share a hash slot, which a hash tag in the name (`{uploads}`) gives.
+            Resources::new(config, layout, &[name, &last])?;
+        }
         Ok(Semaphore {
             lock,
             name: name.to_owned(),
+            name_key,
             permits,
         })
     }
@@ -144,7 +162,7 @@ impl Semaphore {
         let mut last = None;
         for step in 0..self.permits {
             let slot = (start + step) % self.permits;
-            match self.lock.try_acquire(&self.slot_resource(slot)).await {
+            match self.try_slot(slot).await {
                 Ok(guard) => return Ok(Permit::new(guard, slot)),
                 Err(LockError::Held { tally, .. }) => last = Some(tally),
                 Err(other) => return Err(other),
@@ -210,6 +228,18 @@ impl Semaphore {
 
     fn config(&self) -> &LockConfig {
         self.lock.config()
+    }
+
+    /// One round for the slot `slot`: its lock, taken only beside no mutex, reader or
+    /// permit of another K of the name (a mismatch is [`LockError::ModeMismatch`]).
+    async fn try_slot(&self, slot: u32) -> Result<LockGuard, LockError> {
+        let layout = self.lock.inner().coordinator().layout();
+        let resources = Resources::new(self.config(), layout, &[&self.slot_resource(slot)])?;
+        let claim = Claim::Permit {
+            name: Arc::clone(&self.name_key),
+            permits: self.permits,
+        };
+        self.lock.inner().try_claim(&resources, &claim).await
     }
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<Permit, LockError> {

@@ -318,6 +318,8 @@ impl SimNode {
                         let (result, count) = match read.reply(value.clone()) {
                             Ok(NodeReply::Done(done)) => (done, None),
                             Ok(NodeReply::Counter(count)) => (true, Some(count)),
+                            // Refused for another mode: nothing was taken.
+                            Ok(NodeReply::HeldAs(_)) => (false, None),
                             _ => (true, None),
                         };
                         state.applied += 1;

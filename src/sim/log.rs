@@ -111,6 +111,12 @@ pub enum Op {
         /// The TTL asked for.
         ttl: Duration,
     },
+    /// [`NodeRequest::LockPermit`](crate::node::NodeRequest::LockPermit): a permit slot
+    /// of a semaphore.
+    LockPermit {
+        /// The TTL asked for.
+        ttl: Duration,
+    },
     /// [`NodeRequest::Proclaim`](crate::node::NodeRequest::Proclaim): an election
     /// leader's record.
     Proclaim,
@@ -120,8 +126,8 @@ pub enum Op {
 }
 
 impl Op {
-    /// Whether this is a lock attempt of any kind (plain, watching, queued, or a side of a
-    /// read-write lock).
+    /// Whether this is a lock attempt of any kind (plain, watching, queued, a side of a
+    /// read-write lock, or a semaphore's permit).
     pub fn is_lock(&self) -> bool {
         matches!(
             self,
@@ -130,6 +136,7 @@ impl Op {
                 | Op::LockQueued { .. }
                 | Op::LockShared { .. }
                 | Op::LockExclusive { .. }
+                | Op::LockPermit { .. }
         )
     }
 }
@@ -273,6 +280,9 @@ impl Op {
             NodeRequest::LockExclusive {
                 keys, token, ttl, ..
             } => (Op::LockExclusive { ttl }, keys, Some(token), None),
+            NodeRequest::LockPermit {
+                keys, token, ttl, ..
+            } => (Op::LockPermit { ttl }, keys, Some(token), None),
             NodeRequest::Proclaim { keys, token, .. } => (Op::Proclaim, keys, Some(token), None),
             NodeRequest::ReadProclamation { keys } => (Op::ReadProclamation, keys, None, None),
             NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {

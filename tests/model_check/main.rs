@@ -4,7 +4,10 @@
 //! replies, dropped requests, node crashes and restarts with and without data, and the
 //! validities running out. It checks exclusion under the validity model and that fencing
 //! tokens strictly increase, and that the checker does find the known violation once a
-//! node restarts without its data inside the TTL.
+//! node restarts without its data inside the TTL. With [`Protocol::modes`], the clients
+//! take one name in different modes (mutex, reader, permits of K in a slot) and the check
+//! is that no two valid holders are in conflicting modes; the mutex's old rule (blind to
+//! readers and permits) is a mutation the checker must catch.
 //!
 //! `QUORUMLOCK_MODEL_DEPTH` sets the depth of the checks (default [`CI_DEPTH`]), and
 //! `QUORUMLOCK_MODEL_CLIENTS` the number of clients (default 2). Each check prints its
@@ -22,7 +25,7 @@ mod rounds;
 
 use std::time::Instant;
 
-use protocol::{Action, Protocol, Restarts};
+use protocol::{Action, Mode, Protocol, Restarts};
 use stateright::{Checker, HasDiscoveries, Model};
 
 /// The depth CI checks to: every run of up to this many steps.
@@ -84,10 +87,12 @@ fn protocol(restarts: Restarts, fencing: bool, fair: bool) -> Protocol {
         fencing,
         fair,
         lossy: true,
+        modes: Vec::new(),
+        mutex_ignores_holders: false,
     }
 }
 
-const EXCLUSION: &str = "exclusion: at most one valid holder";
+const EXCLUSION: &str = "exclusion: no two valid holders in conflicting modes";
 const FENCING: &str = "fencing tokens strictly increase";
 const SECOND_GRANT: &str = "a second grant after the first";
 const CLAIM: &str = "a queued waiter claims a key reserved for it";
@@ -189,4 +194,92 @@ fn counterexample(name: &str, model: Protocol, depth: usize, property: &'static 
         "the counterexample restarts a node without its data: {actions:?}"
     );
     eprintln!("counterexample: {actions:?}");
+}
+
+/// Two clients of one name in each pair of modes that must not overlap (and, for the last
+/// pair, two permits of one semaphore that may), with lost requests and replies, a crash,
+/// and restarts without data after a TTL.
+const MODE_PAIRS: [[Mode; 2]; 5] = [
+    [Mode::Mutex, Mode::Read],
+    [
+        Mode::Mutex,
+        Mode::Permit {
+            permits: 2,
+            slot: 0,
+        },
+    ],
+    [
+        Mode::Read,
+        Mode::Permit {
+            permits: 2,
+            slot: 0,
+        },
+    ],
+    [
+        Mode::Permit {
+            permits: 2,
+            slot: 1,
+        },
+        Mode::Permit {
+            permits: 3,
+            slot: 2,
+        },
+    ],
+    [
+        Mode::Permit {
+            permits: 2,
+            slot: 0,
+        },
+        Mode::Permit {
+            permits: 2,
+            slot: 1,
+        },
+    ],
+];
+
+fn modes(pair: [Mode; 2], mutex_ignores_holders: bool) -> Protocol {
+    Protocol {
+        clients: 2,
+        modes: pair.to_vec(),
+        mutex_ignores_holders,
+        ..protocol(Restarts::EmptyAfterTtl, false, false)
+    }
+}
+
+#[test]
+#[ignore = "minutes of exhaustive search: .ci/run runs it, `cargo test --test model_check -- --ignored`"]
+fn the_modes_of_one_name_never_overlap() {
+    for pair in MODE_PAIRS {
+        let checker = explore(
+            &format!("{pair:?}"),
+            modes(pair, false),
+            depth(),
+            HasDiscoveries::All,
+        );
+        checker.assert_no_discovery(EXCLUSION);
+        checker.assert_any_discovery(SECOND_GRANT);
+    }
+}
+
+/// The old rule of the mutex (take the key whatever readers or permits are listed beside
+/// it): the checker finds a mutex holder beside a reader, and beside a permit, with every
+/// assumption kept.
+#[test]
+fn the_checker_finds_a_mutex_beside_readers_under_the_old_rule() {
+    for pair in &MODE_PAIRS[..2] {
+        let model = Protocol {
+            crashes: 0,
+            lossy: false,
+            restarts: Restarts::KeepData,
+            ..modes(*pair, true)
+        };
+        let checker = explore(
+            "the old mutex rule",
+            model,
+            depth(),
+            HasDiscoveries::AnyFailures,
+        );
+        let actions = checker.assert_any_discovery(EXCLUSION).into_actions();
+        eprintln!("counterexample: {actions:?}");
+    }
 }

@@ -48,6 +48,41 @@ pub struct Protocol {
     pub fair: bool,
     /// Whether requests and replies can be lost.
     pub lossy: bool,
+    /// How each client takes the name (by index; a client past the end takes it as a
+    /// mutex): the modes of one name must never overlap.
+    pub modes: Vec<Mode>,
+    /// The mutation that the checker must catch: the mutex's old rule, which took the key
+    /// without looking at the name's live readers and permits.
+    pub mutex_ignores_holders: bool,
+}
+
+/// How a client takes the name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    /// The lock key itself: a mutex, or a read-write lock's writer.
+    Mutex,
+    /// A reader's entry, listed with score 0.
+    Read,
+    /// The slot `slot` of a semaphore of `permits`, listed with score `permits`.
+    Permit { permits: u8, slot: u8 },
+}
+
+impl Mode {
+    /// Whether holders in these two modes may hold the name at once: readers together,
+    /// and permits of one semaphore (the same K) in different slots; nothing else.
+    pub fn compatible(self, other: Mode) -> bool {
+        match (self, other) {
+            (Mode::Read, Mode::Read) => true,
+            (
+                Mode::Permit { permits, slot },
+                Mode::Permit {
+                    permits: theirs,
+                    slot: their_slot,
+                },
+            ) => permits == theirs && slot != their_slot,
+            _ => false,
+        }
+    }
 }
 
 /// What a node's lock key holds.
@@ -73,6 +108,9 @@ pub struct Node {
     pub queue: Vec<u8>,
     /// The fencing counter.
     pub counter: u8,
+    /// The live shared holders listed beside the key (readers and permit slots), each
+    /// with its mode, sorted.
+    pub holders: Vec<(Key, Mode)>,
     /// Whether a waiter ever claimed a key reserved for it here (for reachability only).
     pub claimed: bool,
 }
@@ -125,6 +163,10 @@ pub enum Straggler {
 /// One client.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Client {
+    /// How it takes the name.
+    pub mode: Mode,
+    /// Whether a mutex takes the key beside live shared holders (the mutation).
+    pub ignores_holders: bool,
     /// Its current attempt (the token of its lock requests).
     pub attempt: u8,
     pub attempts_left: u8,
@@ -172,13 +214,18 @@ pub enum Action {
     Release(u8),
     /// A key whose protecting validity is over expires.
     KeyExpires(usize),
+    /// A shared holder's entry (by its place in the node's list) whose validity is over
+    /// expires.
+    EntryExpires(usize, usize),
     Crash(usize),
     Restart(usize, bool),
 }
 
 impl Client {
-    fn new(attempts: u8) -> Self {
+    fn new(attempts: u8, mode: Mode, ignores_holders: bool) -> Self {
         Client {
+            mode,
+            ignores_holders,
             attempt: 0,
             attempts_left: attempts,
             queued: false,
@@ -260,10 +307,16 @@ impl Model for Protocol {
             queue: Vec::new(),
             counter: 0,
             claimed: false,
+            holders: Vec::new(),
         };
         vec![State {
             nodes: std::array::from_fn(|_| node.clone()),
-            clients: vec![Client::new(self.attempts); self.clients],
+            clients: (0..self.clients)
+                .map(|c| {
+                    let mode = self.modes.get(c).copied().unwrap_or(Mode::Mutex);
+                    Client::new(self.attempts, mode, self.mutex_ignores_holders)
+                })
+                .collect(),
             crashes_left: self.crashes,
             last_token: 0,
             tokens_decreased: false,
@@ -317,6 +370,11 @@ impl Model for Protocol {
             if node.key.is_some_and(|key| !state.protected(key)) {
                 actions.push(Action::KeyExpires(n));
             }
+            for (i, (key, _)) in node.holders.iter().enumerate() {
+                if !state.protected(*key) {
+                    actions.push(Action::EntryExpires(n, i));
+                }
+            }
             if node.up && state.crashes_left > 0 {
                 actions.push(Action::Crash(n));
             }
@@ -366,7 +424,7 @@ impl Model for Protocol {
                 if node.up {
                     match straggler {
                         Straggler::Lock => {
-                            let took = lock(node, c, client.attempt, client.queued);
+                            let took = lock(node, c, client);
                             // A release waits for it (one connection per node), so it
                             // never lands after the lease ended.
                             if !took && client.queued {
@@ -391,6 +449,9 @@ impl Model for Protocol {
                 Self::start_round(client, Request::Release, &[Answer::Pending; NODES]);
             }
             Action::KeyExpires(n) => state.nodes[n].key = None,
+            Action::EntryExpires(n, i) => {
+                state.nodes[n].holders.remove(i);
+            }
             Action::Crash(n) => {
                 state.nodes[n].up = false;
                 state.crashes_left -= 1;
@@ -400,6 +461,7 @@ impl Model for Protocol {
                 node.up = true;
                 if !keep_data {
                     node.key = None;
+                    node.holders.clear();
                     node.queue.clear();
                     node.counter = 0;
                 }
@@ -410,9 +472,20 @@ impl Model for Protocol {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("exclusion: at most one valid holder", |_, state: &State| {
-                state.clients.iter().filter(|client| client.holds()).count() <= 1
-            }),
+            Property::always(
+                "exclusion: no two valid holders in conflicting modes",
+                |_, state: &State| {
+                    let holding: Vec<Mode> = state
+                        .clients
+                        .iter()
+                        .filter(|client| client.holds())
+                        .map(|client| client.mode)
+                        .collect();
+                    holding.iter().enumerate().all(|(i, mode)| {
+                        holding[i + 1..].iter().all(|other| mode.compatible(*other))
+                    })
+                },
+            ),
             Property::always("fencing tokens strictly increase", |_, state: &State| {
                 !state.tokens_decreased
             }),

@@ -1,7 +1,7 @@
 //! What each request does on one node: the scripts of `src/node/scripts.rs` (and the
 //! fencing counter's), on the model's node.
 
-use crate::protocol::{Answer, Client, Fate, Key, Node, Request, NODES};
+use crate::protocol::{Answer, Client, Fate, Key, Mode, Node, Request, NODES};
 
 /// Reserves a freed key for the first waiter in the node's line.
 pub(crate) fn pass_on(node: &mut Node) {
@@ -19,15 +19,37 @@ pub(crate) fn leave_queue(node: &mut Node, client: u8) {
     }
 }
 
-/// The lock script (`SET NX PX` / `LOCK`, or `LOCK_QUEUED` for a queued waiter) on one
-/// node: takes a free key, or one reserved for this waiter; a refused waiter joins the line.
-/// Returns whether it took the key.
-pub(crate) fn lock(node: &mut Node, client: u8, attempt: u8, queued: bool) -> bool {
-    let free = match node.key {
-        None => true,
-        Some(Key::Reserved { waiter }) => queued && waiter == client,
-        Some(Key::Held { .. }) => false,
-    };
+/// The lock script of the client's mode on one node. A mutex (`LOCK`, or `LOCK_QUEUED`
+/// for a queued waiter) takes a free key, or one reserved for this waiter, while no shared
+/// holder is live (unless it `ignores_holders`, the old rule); a refused waiter joins the
+/// line. A reader (`LOCK_SHARED`) or a permit (`LOCK_PERMIT`) is listed beside a free key
+/// while every live holder is compatible with it. Returns whether it took the key or entry.
+pub(crate) fn lock(node: &mut Node, client: u8, c: &Client) -> bool {
+    let (attempt, queued) = (c.attempt, c.queued);
+    if c.mode != Mode::Mutex {
+        let free = node.key.is_none()
+            && node
+                .holders
+                .iter()
+                .all(|(_, mode)| c.mode.compatible(*mode));
+        if free {
+            let key = Key::Held {
+                client,
+                attempt,
+                generation: 0,
+            };
+            node.holders.push((key, c.mode));
+            node.holders.sort();
+        }
+        return free;
+    }
+    let shared = !c.ignores_holders && !node.holders.is_empty();
+    let free = !shared
+        && match node.key {
+            None => true,
+            Some(Key::Reserved { waiter }) => queued && waiter == client,
+            Some(Key::Held { .. }) => false,
+        };
     if free && node.key.is_some() {
         node.claimed = true;
     }
@@ -52,7 +74,26 @@ pub(crate) fn apply(node: &mut Node, client: u8, c: &mut Client, request: Reques
             if holder == client && attempt == c.attempt)
     };
     match request {
-        Request::Lock => lock(node, client, c.attempt, c.queued),
+        Request::Lock => lock(node, client, c),
+        Request::Extend if c.mode != Mode::Mutex => {
+            let generation = c.generation + 1;
+            let entry = node.holders.iter_mut().find(|(key, _)| ours(Some(*key)));
+            let extended = entry.is_some();
+            if let Some((key, _)) = entry {
+                *key = Key::Held {
+                    client,
+                    attempt: c.attempt,
+                    generation,
+                };
+            }
+            node.holders.sort();
+            extended
+        }
+        Request::Rollback | Request::Release if c.mode != Mode::Mutex => {
+            let before = node.holders.len();
+            node.holders.retain(|(key, _)| !ours(Some(*key)));
+            node.holders.len() < before
+        }
         Request::ReadCounter => {
             c.highest = c.highest.max(node.counter);
             true

@@ -119,9 +119,11 @@ impl Protocol {
     pub(crate) fn restart_may_lose_data(&self, state: &State, node: usize) -> bool {
         match self.restarts {
             Restarts::KeepData => false,
-            Restarts::EmptyAfterTtl => !state.nodes[node]
-                .key
-                .is_some_and(|key| state.protected(key)),
+            Restarts::EmptyAfterTtl => {
+                let node = &state.nodes[node];
+                !node.key.is_some_and(|key| state.protected(key))
+                    && !node.holders.iter().any(|(key, _)| state.protected(*key))
+            }
             Restarts::EmptyAnytime => true,
         }
     }

@@ -18,6 +18,7 @@ mod extension;
 mod factory;
 mod fairness;
 mod handoff;
+mod modes;
 mod multi;
 mod redlock;
 mod rwlock;

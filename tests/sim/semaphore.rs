@@ -27,12 +27,12 @@ fn semaphore(lock: &Redlock, permits: u32) -> Semaphore {
     Semaphore::new(lock.clone(), "uploads", permits).expect("a valid semaphore")
 }
 
-/// The keys of every lock attempt the nodes of `cluster` were sent.
+/// The keys of every permit attempt the nodes of `cluster` were sent.
 fn keys_tried(cluster: &SimCluster) -> BTreeSet<String> {
     cluster
         .log()
         .into_iter()
-        .filter(|(_, record)| matches!(record.op, Op::Lock { .. }))
+        .filter(|(_, record)| matches!(record.op, Op::LockPermit { .. }))
         .flat_map(|(_, record)| record.keys)
         .collect()
 }

@@ -97,15 +97,22 @@ async fn read_readers(client: Option<redis::Client>, key: &str, budget: Duration
     };
     let query = async {
         let mut connection = client.get_multiplexed_async_connection().await?;
-        let (listed, waiting): (Vec<String>, i64) = redis::pipe()
+        let (listed, waiting): (Vec<(String, f64)>, i64) = redis::pipe()
             .cmd("ZRANGE")
             .arg(keys::readers_key(key))
             .arg(0)
             .arg(-1)
+            .arg("WITHSCORES")
             .cmd("PTTL")
             .arg(keys::writer_waiting_key(key))
             .query_async(&mut connection)
             .await?;
+        // Readers only (score 0): the list also names the name's permits, scored with K.
+        let listed: Vec<String> = listed
+            .into_iter()
+            .filter(|(_, score)| *score == 0.0)
+            .map(|(entry, _)| entry)
+            .collect();
         let mut pipe = redis::pipe();
         for entry in &listed {
             pipe.cmd("PTTL").arg(entry);

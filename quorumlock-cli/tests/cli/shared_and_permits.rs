@@ -125,3 +125,39 @@ async fn at_most_k_runs_with_permits_and_status_shows_them() {
     .await;
     assert_eq!(code(&both), 64, "{}", stderr(&both));
 }
+
+/// Issue #29: a name is one lock. While `run --permits 2` holds a permit, a plain run is
+/// contention (75, as beside readers), and `--permits 3` is a mismatch of the name's K
+/// (78, naming the mode the name is held in); neither runs its command.
+#[tokio::test]
+async fn permits_of_another_k_and_a_plain_run_do_not_run_beside_a_permit() {
+    let cluster = cluster(3).await;
+    let mut holder = holding(&cluster, "n", &["--permits", "2"]).await;
+
+    let plain =
+        output(quorumlock(&cluster).args(["run", "--no-wait", "-r", "n", "--", "echo", "ran"]))
+            .await;
+    assert_eq!(code(&plain), 75, "{}", stderr(&plain));
+    assert!(!stdout(&plain).contains("ran"), "{}", stdout(&plain));
+
+    let three = output(quorumlock(&cluster).args([
+        "run",
+        "--permits",
+        "3",
+        "-r",
+        "n",
+        "--",
+        "echo",
+        "ran",
+    ]))
+    .await;
+    assert_eq!(code(&three), 78, "{}", stderr(&three));
+    assert!(!stdout(&three).contains("ran"), "{}", stdout(&three));
+    let message = stderr(&three);
+    assert!(
+        message.contains("held as a semaphore of 2 permits"),
+        "{message}"
+    );
+    assert!(message.contains("--permits K"), "the hint: {message}");
+    holder.child.kill().await.unwrap();
+}

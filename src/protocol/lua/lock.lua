@@ -1,5 +1,5 @@
 for _, key in ipairs(KEYS) do
-    if redis.call("EXISTS", key) == 1 then
+    if redis.call("EXISTS", key) == 1 or held_shared(key) then
         return 0
     end
 end

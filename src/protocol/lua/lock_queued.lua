@@ -3,7 +3,7 @@ local queue, deadlines = KEYS[n + 1], KEYS[n + 2]
 local mine = RESERVED .. ARGV[3]
 for i = 1, n do
     local value = redis.call("GET", KEYS[i])
-    if value and value ~= mine then
+    if (value and value ~= mine) or held_shared(KEYS[i]) then
         local lifetime = tonumber(ARGV[5])
         redis.call("ZADD", queue, ARGV[4], ARGV[3])
         redis.call("HSET", deadlines, ARGV[3], now_ms() + lifetime)

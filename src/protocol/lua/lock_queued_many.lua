@@ -4,7 +4,7 @@ local mine = RESERVED .. waiter
 local blocked, stay
 for i = 1, n do
     local value = redis.call("GET", KEYS[i])
-    if value and value ~= mine then
+    if (value and value ~= mine) or held_shared(KEYS[i]) then
         blocked = blocked or i
         if not stay and redis.call("ZSCORE", KEYS[n + 2 * i - 1], waiter) then
             stay = i

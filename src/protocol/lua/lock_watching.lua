@@ -1,6 +1,6 @@
 local n = #KEYS - 1
 for i = 1, n do
-    if redis.call("EXISTS", KEYS[i]) == 1 then
+    if redis.call("EXISTS", KEYS[i]) == 1 or held_shared(KEYS[i]) then
         local marker, interest = KEYS[n + 1], tonumber(ARGV[3])
         if redis.call("PTTL", marker) < interest then
             redis.call("SET", marker, "1", "PX", interest)

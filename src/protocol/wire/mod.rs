@@ -22,6 +22,7 @@ use super::script_calls::{CachedScript, NodeScripts, Resend, ScriptCall};
 use super::scripts::NodeScript;
 use crate::config::millis;
 use crate::error::NodeError;
+use crate::held_as::HeldAs;
 use crate::node::{NodeReply, NodeRequest, QueuePlace};
 use crate::token::LockToken;
 
@@ -57,10 +58,12 @@ pub(crate) enum Wire<'a> {
 /// How a node's reply answers a request.
 #[derive(Debug, Clone)]
 pub(crate) enum Read {
-    /// `SET NX`: `OK` took the key, nil did not.
-    SetNx,
     /// A script's integer: 1 did what was asked, anything else refused.
     Flag,
+    /// A shared claim's reply: as [`Flag`](Self::Flag), or `held-as:<score>` when the
+    /// name is held in another mode (the score of its live holders: 0 for readers, K for
+    /// the permits of a semaphore of K).
+    Claim,
     /// A script's integer: a counter's value.
     Counter,
     /// `GET` (`single`) or `MGET`: whether every value is the token.
@@ -190,6 +193,13 @@ pub(crate) fn wire_announcing<'a>(
             ttl,
             waiting,
         } => rwlock::lock_exclusive(scripts, keys, token, ttl, waiting)?,
+        NodeRequest::LockPermit {
+            keys,
+            token,
+            ttl,
+            name,
+            permits,
+        } => rwlock::lock_permit(scripts, keys, token, ttl, name, permits)?,
         NodeRequest::Proclaim {
             keys,
             token,
@@ -199,31 +209,17 @@ pub(crate) fn wire_announcing<'a>(
     })
 }
 
-/// A lock attempt: one key by a plain `SET NX PX` (the common case: no script), several by
-/// the lock script.
+/// A lock attempt, by the lock script for one key as for several: a plain `SET NX PX`
+/// cannot see the readers and permits of the name, which the script refuses as well.
 fn lock<'a>(
     scripts: &'a NodeScripts,
     keys: &[Arc<str>],
     token: &LockToken,
     ttl: Duration,
 ) -> Result<Wire<'a>, NodeError> {
-    let ttl = millis(ttl);
-    let [key] = keys else {
-        let ttl = Decimal::new(ttl);
-        let args = [token.as_bytes(), ttl.as_bytes()];
-        return lock_script(scripts, NodeScript::Lock, keys, &args);
-    };
-    let mut set = Cmd::with_capacity(6, key.len() + token.as_bytes().len() + 32);
-    set.arg("SET")
-        .arg(&**key)
-        .arg(token.as_bytes())
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl);
-    Ok(Wire::Command {
-        command: set,
-        read: Read::SetNx,
-    })
+    let ttl = Decimal::new(millis(ttl));
+    let args = [token.as_bytes(), ttl.as_bytes()];
+    lock_script(scripts, NodeScript::Lock, keys, &args)
 }
 
 /// A queued waiter's lock attempt. A waiter for several keys may move between their queues
@@ -304,16 +300,11 @@ impl Read {
     /// before).
     pub(crate) fn reply(&self, reply: Value) -> Result<NodeReply, NodeError> {
         Ok(match self {
-            Read::SetNx => match reply {
-                Value::Okay => NodeReply::Done(true),
-                Value::Nil => NodeReply::Done(false),
-                other => {
-                    return Err(NodeError::Redis(format!(
-                        "unexpected reply to SET NX: {other:?}"
-                    )))
-                }
-            },
             Read::Flag => NodeReply::Done(integer(reply)? == 1),
+            Read::Claim => match reply {
+                Value::BulkString(text) => NodeReply::HeldAs(held_as(&text)?),
+                other => NodeReply::Done(integer(other)? == 1),
+            },
             Read::Counter => NodeReply::Counter(integer(reply)?),
             Read::Holds { token, single } => {
                 let values = strings(reply, *single)?;
@@ -336,6 +327,24 @@ impl Read {
             Read::Proclamation => NodeReply::Text(election::proclamation(reply)?),
         })
     }
+}
+
+/// The mode of a `held-as:<score>` reply.
+fn held_as(text: &[u8]) -> Result<HeldAs, NodeError> {
+    let score = text
+        .strip_prefix(b"held-as:")
+        .and_then(|score| std::str::from_utf8(score).ok())
+        .and_then(|score| score.parse::<u32>().ok())
+        .ok_or_else(|| {
+            NodeError::Redis(format!(
+                "unexpected reply to a shared claim: {:?}",
+                String::from_utf8_lossy(text)
+            ))
+        })?;
+    Ok(match score {
+        0 => HeldAs::Readers,
+        permits => HeldAs::Permits(permits),
+    })
 }
 
 /// A script's integer reply.

@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{lock_script, one_key, Wire};
+use super::{lock_script, one_key, script_call, Read, Wire};
 use crate::config::millis;
 use crate::error::NodeError;
 use crate::protocol::keys::{readers_key, writer_waiting_key};
 use crate::protocol::script_calls::NodeScripts;
+use crate::protocol::script_calls::Resend;
 use crate::protocol::scripts::NodeScript;
 use crate::token::LockToken;
 
@@ -32,7 +33,7 @@ pub(super) fn lock_shared<'a>(
     ];
     let ttl = millis(ttl).to_string();
     let args = [token.as_bytes(), ttl.as_bytes()];
-    lock_script(scripts, NodeScript::LockShared, &keys, &args)
+    claim_script(scripts, NodeScript::LockShared, &keys, &args)
 }
 
 /// The write side `keys[0]`, marking a writer as waiting for `waiting` when refused.
@@ -56,4 +57,34 @@ pub(super) fn lock_exclusive<'a>(
     let (ttl, waiting) = (millis(ttl).to_string(), waiting.to_string());
     let args = [token.as_bytes(), ttl.as_bytes(), waiting.as_bytes()];
     lock_script(scripts, NodeScript::LockExclusive, &keys, &args)
+}
+
+/// A permit of `permits` in the slot `keys[0]`, listed among the holders of the name's
+/// lock key `name`.
+pub(super) fn lock_permit<'a>(
+    scripts: &'a NodeScripts,
+    keys: &[Arc<str>],
+    token: &LockToken,
+    ttl: Duration,
+    name: &str,
+    permits: u32,
+) -> Result<Wire<'a>, NodeError> {
+    let [slot] = keys else {
+        return Err(one_key("lock permit"));
+    };
+    let keys: [Arc<str>; 3] = [Arc::clone(slot), name.into(), readers_key(name).into()];
+    let (ttl, permits) = (millis(ttl).to_string(), permits.to_string());
+    let args = [token.as_bytes(), ttl.as_bytes(), permits.as_bytes()];
+    claim_script(scripts, NodeScript::LockPermit, &keys, &args)
+}
+
+/// A call of a shared claim's script, read as [`Read::Claim`]; sent again only after a
+/// reload, as every lock call.
+fn claim_script<'a>(
+    scripts: &'a NodeScripts,
+    name: NodeScript,
+    keys: &[Arc<str>],
+    args: &[&[u8]],
+) -> Result<Wire<'a>, NodeError> {
+    script_call(scripts, name, keys, args, Resend::AfterReload, Read::Claim)
 }
