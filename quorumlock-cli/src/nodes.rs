@@ -76,6 +76,10 @@ pub fn check_urls(global: &GlobalArgs, urls: &[String]) -> Result<Nodes, CliErro
     if let Some(timeout) = global.connect_timeout {
         nodes = nodes.connect_timeout(timeout);
     }
+    if let Some(lease) = global.longest_lease {
+        nodes = nodes.longest_lease(lease);
+    }
+    nodes = nodes.restart_abstention(!global.no_restart_abstention);
     nodes.clients().map_err(invalid)?;
     Ok(nodes)
 }
@@ -103,6 +107,8 @@ mod tests {
             key_prefix: None,
             node_timeout: None,
             connect_timeout: None,
+            longest_lease: None,
+            no_restart_abstention: false,
             json: false,
             verbose: 0,
             quiet: false,

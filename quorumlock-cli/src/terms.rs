@@ -4,7 +4,7 @@
 //! line's. Below `explain` and `node_url`, which both translate.
 
 /// The library's names in its messages, and what a command-line user writes instead.
-const TRANSLATIONS: [(&str, &str); 4] = [
+const TRANSLATIONS: [(&str, &str); 7] = [
     (
         "Nodes::fencing_on_volatile_nodes",
         "--fencing-on-volatile-nodes",
@@ -17,6 +17,15 @@ const TRANSLATIONS: [(&str, &str); 4] = [
     (
         "redis+cluster://host:port,host:port",
         "redis+cluster://host:port;host:port",
+    ),
+    ("Nodes::longest_lease", "--longest-lease"),
+    (
+        "Nodes::restart_abstention(false)",
+        "--no-restart-abstention",
+    ),
+    (
+        "Nodes::strict_members",
+        "the library's Nodes::strict_members",
     ),
     (
         "or opt in with Nodes::sentinel_members",

@@ -107,6 +107,24 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
     pub connect_timeout: Option<Duration>,
 
+    /// The longest lease any client of these nodes takes [default: --ttl for run, 30s for
+    /// status]
+    ///
+    /// A node that started less than this (plus its drift allowance) ago abstains, unless
+    /// it runs with `appendonly yes` and `appendfsync always`: it may have restarted without
+    /// the locks it granted (docs/safety.md, "Restarts"). Set it to the longest --ttl of any
+    /// client of the nodes.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub longest_lease: Option<Duration>,
+
+    /// Let nodes that started recently without a durable append-only file vote at once
+    ///
+    /// Only where every restart is delayed past the longest lease by other means, or for
+    /// nodes started just now for a test: a node that restarted empty can otherwise give a
+    /// second client a lock that is still held (docs/safety.md, "Restarts").
+    #[arg(long, global = true)]
+    pub no_restart_abstention: bool,
+
     /// Machine-readable output: JSON on stdout for status and release, and JSON lines
     /// (events and errors) on stderr for every command.
     #[arg(long, global = true)]

@@ -9,18 +9,29 @@ mod readers_and_permits;
 mod view;
 
 use futures::future::join_all;
-use quorumlock::backend::NodeClient;
+use quorumlock::backend::{check_members, MemberCheck, NodeClient};
+use quorumlock::LockConfig;
 use serde_json::{json, Value};
 
 use crate::args::{GlobalArgs, StatusArgs};
 use crate::duration::{format_duration, millis};
 use crate::exit::{CliError, Kind, UNAVAILABLE};
-use crate::nodes::{lock_key, node_urls, operator_timeout};
+use crate::nodes::{check_urls, lock_key, node_urls, operator_timeout};
 use crate::output::Output;
 
 use self::read::{members, read_member};
 use self::readers_and_permits::ReadersAndPermits;
 use self::view::{agree, verdict, NodeView, Verdict};
+
+/// A member's view, unless a lock would not count the member: a replica's copy of the key,
+/// or the key on a server that abstains after a restart, is no vote.
+fn standing(view: NodeView, check: MemberCheck) -> NodeView {
+    match check {
+        MemberCheck::Refused(why) => NodeView::Failed(format!("refused: {why}")),
+        MemberCheck::Abstaining(why) => NodeView::Failed(why),
+        _ => view,
+    }
+}
 
 /// Reads the lock on every node and reports; exit code 0, or 69 when the nodes that
 /// answered cannot tell.
@@ -37,17 +48,30 @@ pub async fn status(global: &GlobalArgs, args: &StatusArgs, out: Output) -> Resu
             _ => None,
         })
         .collect();
-    let family =
-        ReadersAndPermits::read(global, &args.resource, &key, args.permits, &servers, budget)
-            .await?;
-    let (views, placements): (Vec<NodeView>, Vec<Option<String>>) = join_all(
-        members
-            .into_iter()
-            .map(|member| read_member(member, &key, budget)),
-    )
-    .await
-    .into_iter()
-    .unzip();
+    // The lock family's sections, the key on each member, and how each member stands (a
+    // member a lock would not count must not count here), all at once: a frozen node costs
+    // one budget, not one per read.
+    let mut nodes = check_urls(global, &urls)?;
+    if global.connect_timeout.is_none() {
+        nodes = nodes.connect_timeout(budget);
+    }
+    let config = LockConfig::default();
+    let (family, reads, checks) = tokio::join!(
+        ReadersAndPermits::read(global, &args.resource, &key, args.permits, &servers, budget),
+        join_all(
+            members
+                .into_iter()
+                .map(|member| read_member(member, &key, budget)),
+        ),
+        check_members(&nodes, &config),
+    );
+    let family = family?;
+    let checks = checks.map_err(|error| CliError::from_lock(&error))?;
+    let (views, placements): (Vec<NodeView>, Vec<Option<String>>) = reads
+        .into_iter()
+        .zip(checks)
+        .map(|((view, placement), check)| (standing(view, check), placement))
+        .unzip();
     // Where the key lives, for cluster and Sentinel members: named after the member.
     let names: Vec<String> = plain
         .iter()

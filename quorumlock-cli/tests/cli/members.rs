@@ -75,11 +75,24 @@ async fn a_replica_of_five_members_is_named_and_the_run_goes_on() {
         .query_async(&mut connection)
         .await
         .unwrap();
-    let run = run_on(&cluster.urls().join(","), &[]).await;
+    let nodes = cluster.urls().join(",");
+    let run = run_on(&nodes, &[]).await;
     assert_eq!(code(&run), 0, "{}", stderr(&run));
     assert!(
         stderr(&run).contains(&cluster.node(4).url()) && stderr(&run).contains("replica"),
         "{}",
         stderr(&run)
+    );
+    // status does not count the replica's copy of a key as a vote, and says why.
+    let status = output(bare().args(["--nodes", &nodes, "--json", "status", "members"])).await;
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let replica = &report["nodes"][4];
+    assert_eq!(replica["state"], "failed", "{report}");
+    assert!(
+        replica["error"]
+            .as_str()
+            .unwrap()
+            .contains("refused: a replica"),
+        "{report}"
     );
 }
