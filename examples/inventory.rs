@@ -51,7 +51,7 @@ async fn run() -> Result {
     // QUORUMLOCK_NODES=redis://host1:6379,... or 5 local nodes; the stock lives on a server
     // of its own (the first node with QUORUMLOCK_NODES). All stop when dropped.
     let (Nodes { urls, mut cluster }, store_server) =
-        common::lock_nodes_and_store(5, Persistence::None).await?;
+        common::lock_nodes_and_store(5, Persistence::AppendFsyncAlways).await?;
     let config = LockConfig::builder().ttl(TTL).build()?;
     let lock = Redlock::connect(&urls, config).await?;
     let mut store = common::connect(&store_server.url).await?;
