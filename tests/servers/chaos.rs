@@ -342,8 +342,11 @@ async fn a_reset_during_set_is_a_failure_and_the_release_still_reaches_the_node(
             node_command(cluster.node(i), &["CONFIG", "RESETSTAT"]).await;
         }
         // A majority resets: the acquisition fails and names them.
+        // The lock request is the first command that names the key (the lock script, which
+        // sets it: a one-key lock is a script too, since it also checks for readers and
+        // permits of the name).
         for i in 0..3 {
-            cluster.proxy(i).reset_on("$3\r\nSET\r\n", when);
+            cluster.proxy(i).reset_on("lock:cut\r\n", when);
         }
         let err = lock.try_acquire("cut").await.unwrap_err();
         eprintln!("reset {when:?} on 3 of 5: {err}");
@@ -375,7 +378,7 @@ async fn a_reset_during_set_is_a_failure_and_the_release_still_reaches_the_node(
 
         // A minority resets: the lock is taken, and its release also reaches the node whose
         // SET ran without the client knowing.
-        cluster.proxy(4).reset_on("$3\r\nSET\r\n", when);
+        cluster.proxy(4).reset_on("lock:cut\r\n", when);
         let sent = cluster.proxy(4).tap("lock:cut");
         let guard = lock.try_acquire("cut").await.unwrap();
         crate::common::eventually("the reset on node 4", Duration::from_secs(2), || async {
@@ -1178,9 +1181,10 @@ async fn the_single_node_lock_names_its_node_and_the_fault() {
             "frozen" => cluster.node_mut(0).freeze().await.unwrap(),
             "killed" => cluster.node_mut(0).kill().await.unwrap(),
             "full" => node_command(cluster.node(0), &["CONFIG", "SET", "maxmemory", "1"]).await,
+            // The lock request: the first command that names the key.
             _ => cluster
                 .proxy(0)
-                .reset_on("$3\r\nSET\r\n", ResetWhen::AfterForwarding),
+                .reset_on("lock:single\r\n", ResetWhen::AfterForwarding),
         }
         let err = lock.try_acquire("single").await.unwrap_err();
         eprintln!("single node {fault}: {err}");

@@ -3,12 +3,11 @@
 //! Real redis-server processes throughout.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common::{cluster, config, invalid_node, node_command, TTL};
 use quorumlock::{LockError, RedisLock, Redlock};
-use quorumlock_testkit::FaultProxy;
+use quorumlock_testkit::{FaultProxy, NodeOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
@@ -84,71 +83,18 @@ async fn a_replica_is_refused_as_a_replica() {
     node_command(cluster.node(1), &["REPLICAOF", "NO", "ONE"]).await;
 }
 
-/// A redis-server started with cluster mode on, stopped when dropped.
-struct ClusterModeServer {
-    child: Child,
-    dir: std::path::PathBuf,
-    port: u16,
-}
-
-impl ClusterModeServer {
-    async fn start() -> Self {
-        let port = std::net::TcpListener::bind(("127.0.0.1", 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("quorumlock-cluster-mode-{port}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args([
-                "--cluster-enabled",
-                "yes",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        // Ready once it answers: a port that accepts is not yet a server that replies, and
-        // on a loaded machine a server can take seconds to start.
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-        let started = std::time::Instant::now();
-        loop {
-            if let Ok(mut connection) = client.get_multiplexed_async_connection().await {
-                let pong: redis::RedisResult<String> =
-                    redis::cmd("PING").query_async(&mut connection).await;
-                if pong.is_ok() {
-                    break;
-                }
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "the cluster-mode server did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        ClusterModeServer { child, dir, port }
-    }
-}
-
-impl Drop for ClusterModeServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[tokio::test]
 async fn a_cluster_node_given_as_a_plain_node_is_refused() {
-    let server = ClusterModeServer::start().await;
-    let url = format!("redis://127.0.0.1:{}", server.port);
+    // The testkit's port for a cluster-enabled node leaves room for its bus port (+10000);
+    // a port the system picks may not (the server then fails to start).
+    let options = NodeOptions {
+        cluster_enabled: true,
+        ..NodeOptions::default()
+    };
+    let server = quorumlock_testkit::RedisCluster::start_with(1, options)
+        .await
+        .unwrap();
+    let url = server.node(0).url();
     let (_, reason) = invalid_node(RedisLock::connect(&url, config(TTL)).await);
     assert!(
         reason.contains("Redis Cluster node") && reason.contains("CROSSSLOT"),
