@@ -56,6 +56,9 @@ pub struct LockMetrics {
     pub unawaited_dropped: u64,
     /// Node connections given up as broken or silent, and made again.
     pub reconnects: u64,
+    /// Server clocks seen to step, run at a wrong rate or stand still (see
+    /// [`Nodes::clock_checks`](crate::Nodes::clock_checks)); each made its node abstain.
+    pub clock_anomalies: u64,
 }
 
 /// The live counters behind [`LockMetrics`].
@@ -74,6 +77,7 @@ pub(crate) struct Counters {
     pub(crate) node_timeouts: AtomicU64,
     pub(crate) unawaited_dropped: AtomicU64,
     pub(crate) reconnects: AtomicU64,
+    pub(crate) clock_anomalies: AtomicU64,
 }
 
 impl Counters {
@@ -98,6 +102,7 @@ impl Counters {
             node_timeouts: read(&self.node_timeouts),
             unawaited_dropped: read(&self.unawaited_dropped),
             reconnects: read(&self.reconnects),
+            clock_anomalies: read(&self.clock_anomalies),
         }
     }
 }

@@ -70,7 +70,8 @@ fn open_all(
         },
         admission: Arc::new(
             Admission::new(config.fencing() && !deployment.fencing_on_volatile_nodes)
-                .restart_window(deployment.restart_window(config)),
+                .restart_window(deployment.restart_window(config))
+                .clock_rules(deployment.clock_rules(config)),
         ),
         counters: Arc::clone(counters),
         announce: config.notify_releases(),

@@ -76,6 +76,8 @@ pub(crate) struct Deployment {
     pub(crate) restart_abstention: bool,
     /// The longest lease any client of these nodes takes; `None`: the lock's TTL.
     pub(crate) longest_lease: Option<Duration>,
+    /// Whether each server's clock is sampled, and a node whose clock misbehaves abstains.
+    pub(crate) clock_checks: bool,
 }
 
 /// The default connect timeout: 1 second. A connection is made once and kept, so it can
@@ -94,6 +96,7 @@ impl Default for Deployment {
             strict_members: false,
             restart_abstention: true,
             longest_lease: None,
+            clock_checks: true,
         }
     }
 }
@@ -103,11 +106,25 @@ impl Deployment {
     /// for a lock with `config`: the longest lease (its TTL unless set) plus that lease's
     /// drift allowance; `None` with restart abstention off.
     pub(crate) fn restart_window(&self, config: &LockConfig) -> Option<Duration> {
-        if !self.restart_abstention {
-            return None;
-        }
+        self.restart_abstention.then(|| self.lease_window(config))
+    }
+
+    /// The longest lease (the lock's TTL unless set) plus its drift allowance: how long
+    /// a node that may have lost or early-expired keys stays out.
+    fn lease_window(&self, config: &LockConfig) -> Duration {
         let lease = self.longest_lease.unwrap_or(config.ttl());
-        Some(lease.saturating_add(config.drift_allowance_for(lease)))
+        lease.saturating_add(config.drift_allowance_for(lease))
+    }
+
+    /// What a server clock must do for a lock with `config`: steps within its drift
+    /// allowance, a rate within its drift factor; a node whose clock does not abstains for
+    /// the lease window. `None` with clock checks off.
+    pub(crate) fn clock_rules(&self, config: &LockConfig) -> Option<super::clock::ClockRules> {
+        self.clock_checks.then(|| super::clock::ClockRules {
+            step: config.drift_allowance(),
+            rate: config.drift_factor(),
+            abstain_for: self.lease_window(config),
+        })
     }
 
     /// Checks the facts that must fit the lock's configuration: a connect timeout that

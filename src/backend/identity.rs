@@ -188,6 +188,8 @@ impl fmt::Display for Refusal {
 pub(crate) struct Admission {
     /// Whether each server must keep an append-only file (fencing on, not opted out).
     pub(crate) needs_persistence: bool,
+    /// What each server's clock must do, if it is watched.
+    pub(crate) clock: Option<super::clock::ClockRules>,
     /// How long after it started a server without a durable append-only file abstains:
     /// the longest lease plus its drift allowance; `None` when restarts are trusted.
     pub(crate) restart_window: Option<Duration>,
@@ -200,9 +202,16 @@ impl Admission {
     pub(crate) fn new(needs_persistence: bool) -> Self {
         Admission {
             needs_persistence,
+            clock: None,
             restart_window: None,
             servers: Mutex::default(),
         }
+    }
+
+    /// This admission, with each server's clock watched by `rules` (`None`: not watched).
+    pub(crate) fn clock_rules(mut self, rules: Option<super::clock::ClockRules>) -> Self {
+        self.clock = rules;
+        self
     }
 
     /// This admission, with servers younger than `window` that keep no durable
@@ -232,18 +241,20 @@ impl Admission {
             .filter(|remaining| !remaining.is_zero())?;
         Some(Abstention {
             remaining,
-            uptime,
-            window,
-            why: match (facts.append_only, facts.fsync_always) {
-                (Some(true), None) => {
-                    "keeps an append-only file but would not say whether \
+            cause: AbstentionCause::Restart {
+                uptime,
+                window,
+                lacks: match (facts.append_only, facts.fsync_always) {
+                    (Some(true), None) => {
+                        "keeps an append-only file but would not say whether \
                                        it is fsynced on every write (CONFIG GET appendfsync)"
-                }
-                (Some(true), _) => {
-                    "keeps an append-only file that is not fsynced on every \
+                    }
+                    (Some(true), _) => {
+                        "keeps an append-only file that is not fsynced on every \
                                     write (appendfsync is not always)"
-                }
-                _ => "keeps no append-only file",
+                    }
+                    _ => "keeps no append-only file",
+                },
             },
         })
     }
@@ -311,33 +322,60 @@ impl Admission {
 }
 
 /// Why a server that may serve the lock does not yet: it started too recently to be
-/// trusted with the keys of leases it granted before (see [`Admission::abstention`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// trusted with the keys of leases it granted before (see [`Admission::abstention`]), or
+/// its clock was seen to misbehave (see [`clock`](super::clock)).
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Abstention {
     /// How much longer it abstains.
     pub(crate) remaining: Duration,
-    /// How long ago it started.
-    pub(crate) uptime: Duration,
-    /// The longest lease plus its drift allowance.
-    pub(crate) window: Duration,
-    /// What it lacks.
-    pub(crate) why: &'static str,
+    /// Why.
+    pub(crate) cause: AbstentionCause,
+}
+
+/// Why a server abstains.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum AbstentionCause {
+    /// It started `uptime` ago, less than `window` (the longest lease plus drift), and
+    /// `lacks` what would make its keys survive a restart.
+    Restart {
+        uptime: Duration,
+        window: Duration,
+        lacks: &'static str,
+    },
+    /// Its clock misbehaved; it abstains for `window` (the longest lease plus drift).
+    Clock {
+        anomaly: super::clock::ClockAnomaly,
+        window: Duration,
+    },
 }
 
 impl fmt::Display for Abstention {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "abstains for another {:.1} s: it started {} s ago and {}, so it may have \
-             restarted without the keys of leases it granted; it votes again once it is \
-             older than the longest lease plus drift ({:.1} s; Nodes::longest_lease sets the \
-             lease, appendfsync always or Nodes::restart_abstention(false) lifts it; \
-             docs/safety.md, \"Restarts\")",
-            self.remaining.as_secs_f64(),
-            self.uptime.as_secs(),
-            self.why,
-            self.window.as_secs_f64(),
-        )
+        let remaining = self.remaining.as_secs_f64();
+        match &self.cause {
+            AbstentionCause::Restart {
+                uptime,
+                window,
+                lacks,
+            } => write!(
+                f,
+                "abstains for another {remaining:.1} s: it started {} s ago and {lacks}, so it \
+                 may have restarted without the keys of leases it granted; it votes again \
+                 once it is older than the longest lease plus drift ({:.1} s; \
+                 Nodes::longest_lease sets the lease, appendfsync always or \
+                 Nodes::restart_abstention(false) lifts it; docs/safety.md, \"Restarts\")",
+                uptime.as_secs(),
+                window.as_secs_f64(),
+            ),
+            AbstentionCause::Clock { anomaly, window } => write!(
+                f,
+                "abstains for another {remaining:.1} s: {anomaly}, so it may have expired \
+                 keys early; it votes again a longest lease plus drift ({:.1} s) after that \
+                 was seen (Nodes::clock_checks(false) turns the check off; docs/safety.md, \
+                 \"Clocks\")",
+                window.as_secs_f64(),
+            ),
+        }
     }
 }
 

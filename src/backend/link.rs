@@ -28,8 +28,9 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisResult, Valu
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::clock::{server_time, ClockAnomaly, ClockWatch, Sample, SAMPLE_INTERVAL};
 use super::connector::Connector;
-use super::identity::{self, Admission, Once, Refusal, Rejection};
+use super::identity::{self, Abstention, AbstentionCause, Admission, Once, Refusal, Rejection};
 use super::silence::Silence;
 use crate::metrics::Counters;
 
@@ -97,6 +98,10 @@ pub(crate) struct Link {
     counters: Arc<Counters>,
     said_info_denied: Once,
     said_refused: Mutex<Option<String>>,
+    /// The server's clock, sampled while connected, if watched.
+    clock: Option<ClockWatch>,
+    /// Until when the node abstains for what its clock did, and why.
+    clock_abstention: Mutex<Option<(Instant, ClockAnomaly)>>,
 }
 
 impl Link {
@@ -109,6 +114,7 @@ impl Link {
         admission: Arc<Admission>,
         counters: Arc<Counters>,
     ) -> Self {
+        let clock = admission.clock.map(ClockWatch::new);
         Link {
             name,
             client,
@@ -130,6 +136,8 @@ impl Link {
             counters,
             said_info_denied: Once::default(),
             said_refused: Mutex::new(None),
+            clock,
+            clock_abstention: Mutex::new(None),
         }
     }
 
@@ -357,7 +365,12 @@ impl Link {
                         "the attempt to connect panicked",
                     )))
                 });
-            link.settle(outcome, failures);
+            if let Some(generation) = link.settle(outcome, failures) {
+                if link.clock.is_some() {
+                    // Weak: a lock dropped by its user takes its links with it.
+                    Link::watch_clock(Arc::downgrade(&link), generation).await;
+                }
+            }
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(attempt)),
@@ -393,6 +406,9 @@ impl Link {
                 .admit(&self.name, &facts)
                 .map_err(Rejection::Refused)?;
             if let Some(abstention) = self.admission.abstention(&facts) {
+                return Err(Rejection::Abstaining(abstention));
+            }
+            if let Some(abstention) = self.clock_abstains() {
                 return Err(Rejection::Abstaining(abstention));
             }
             Ok(connection)
@@ -433,16 +449,27 @@ impl Link {
         }
     }
 
-    /// Takes the outcome of an attempt to connect into use.
-    fn settle(&self, outcome: Result<MultiplexedConnection, Rejection>, failures: u32) {
+    /// Takes the outcome of an attempt to connect into use; the generation of the new
+    /// connection, if one was made.
+    fn settle(
+        &self,
+        outcome: Result<MultiplexedConnection, Rejection>,
+        failures: u32,
+    ) -> Option<u64> {
         let mut state = self.lock_state();
+        let mut opened = None;
         *state = match outcome {
             Ok(connection) => {
                 self.silence.reset();
                 self.open.store(true, Ordering::Relaxed);
+                if let Some(clock) = &self.clock {
+                    clock.reset();
+                }
+                let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+                opened = Some(generation);
                 State::Up {
                     connection,
-                    generation: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
+                    generation,
                 }
             }
             Err(why) => {
@@ -466,6 +493,102 @@ impl Link {
             }
         };
         self.changed.notify_waiters();
+        opened
+    }
+
+    /// The node's abstention for what its clock did, while it lasts.
+    fn clock_abstains(&self) -> Option<Abstention> {
+        let clock = self.clock.as_ref()?;
+        let held = self
+            .clock_abstention
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (until, anomaly) = held.as_ref()?;
+        let remaining = until.checked_duration_since(Instant::now())?;
+        Some(Abstention {
+            remaining,
+            cause: AbstentionCause::Clock {
+                anomaly: anomaly.clone(),
+                window: clock.abstain_for(),
+            },
+        })
+    }
+
+    /// Samples the server's clock on connection `generation` once a
+    /// [`SAMPLE_INTERVAL`], until that connection is given up; a clock found wrong makes
+    /// the node abstain (see [`clock`](super::clock)). One `TIME` a second: a command the
+    /// server answers from memory, beside the lock's requests, never in a round's way.
+    async fn watch_clock(link: std::sync::Weak<Self>, generation: u64) {
+        loop {
+            tokio::time::sleep(SAMPLE_INTERVAL).await;
+            let Some(this) = link.upgrade() else {
+                return;
+            };
+            let Some(clock) = &this.clock else {
+                return;
+            };
+            let connection = match &*this.lock_state() {
+                State::Up {
+                    connection,
+                    generation: open,
+                } if *open == generation => connection.clone(),
+                _ => return,
+            };
+            let mut connection = connection;
+            let sent = Instant::now();
+            let time = redis::cmd("TIME");
+            let reply = tokio::time::timeout(
+                this.settings.silence_limit,
+                connection.send_packed_command(&time),
+            )
+            .await;
+            let received = Instant::now();
+            // No reply in time: the silence check's business, not the clock's.
+            let Some(server) = reply
+                .ok()
+                .and_then(Result::ok)
+                .as_ref()
+                .and_then(server_time)
+            else {
+                continue;
+            };
+            let sample = Sample {
+                sent,
+                received,
+                server,
+            };
+            if let Some(anomaly) = clock.observe(sample) {
+                this.abstain_for_clock(generation, anomaly, clock.abstain_for());
+                return;
+            }
+        }
+    }
+
+    /// Makes the node abstain for `window` for `anomaly`: connection `generation` is given
+    /// up, and no new one is taken into use before the window ends.
+    fn abstain_for_clock(&self, generation: u64, anomaly: ClockAnomaly, window: Duration) {
+        Counters::bump(&self.counters.clock_anomalies);
+        let until = Instant::now() + window;
+        *self
+            .clock_abstention
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((until, anomaly.clone()));
+        let abstention = Abstention {
+            remaining: window,
+            cause: AbstentionCause::Clock { anomaly, window },
+        };
+        tracing::warn!(node = %self.name, %abstention, "node clock misbehaved; it counts as failed until then");
+        let mut state = self.lock_state();
+        if matches!(&*state, State::Up { generation: open, .. } if *open == generation) {
+            self.open.store(false, Ordering::Relaxed);
+            *state = State::Down {
+                retry_at: until,
+                why: Rejection::Abstaining(abstention),
+                failures: 0,
+                queue_next: false,
+            };
+            self.changed.notify_waiters();
+        }
     }
 
     /// Says that the server was refused, at error level (a member that cannot serve is a

@@ -27,6 +27,7 @@
 //! - `unawaited`: the keeper task of the requests a decided round no longer awaits.
 
 mod address;
+mod clock;
 mod cluster;
 mod connect;
 mod connector;

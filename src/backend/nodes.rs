@@ -176,6 +176,20 @@ impl Nodes {
         self.with(|deployment| deployment.longest_lease = Some(lease))
     }
 
+    /// Whether each server's clock is watched (on by default): every connection reads the
+    /// server's `TIME` once a second, beside the lock's own requests, and a server whose
+    /// clock steps by more than the lock's drift allowance, runs at a rate outside its
+    /// drift factor (judged over 10 s), or stands still, abstains for the longest lease
+    /// plus drift (see [`longest_lease`](Self::longest_lease)) after that is seen: it
+    /// counts as failed, a `warn` event and
+    /// [`NodeMetrics::excluded`](crate::NodeMetrics::excluded) say why, and
+    /// [`LockMetrics::clock_anomalies`](crate::LockMetrics::clock_anomalies) counts it.
+    /// A node whose clock stepped may grant until the next sample shows it: see
+    /// docs/safety.md, "Clocks", for what that leaves.
+    pub fn clock_checks(self, on: bool) -> Self {
+        self.with(|deployment| deployment.clock_checks = on)
+    }
+
     /// This set with `change` made to its deployment facts.
     fn with(mut self, change: impl FnOnce(&mut Deployment)) -> Self {
         change(&mut self.deployment);
