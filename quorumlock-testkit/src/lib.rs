@@ -96,6 +96,7 @@ mod cluster;
 pub mod containers;
 mod direct;
 mod error;
+mod fake_clock;
 #[cfg(feature = "measure")]
 #[cfg_attr(docsrs, doc(cfg(feature = "measure")))]
 pub mod measure;

@@ -40,6 +40,12 @@ pub struct NodeOptions {
     /// into a Redis Cluster by [`ShardedCluster`](crate::ShardedCluster), on ports whose
     /// cluster bus port (the port + 10000) is free too.
     pub cluster_enabled: bool,
+    /// When set, nodes run under libfaketime with this clock (a libfaketime spec: `+0`,
+    /// `+0 x3` for three times the rate, `+3600` an hour ahead), which
+    /// [`RedisProcess::set_clock`](crate::RedisProcess::set_clock) changes while they run.
+    /// Process backend only; needs Debian's `faketime` and a C compiler (see
+    /// `fake_clock`).
+    pub fake_clock: Option<String>,
 }
 
 /// The TLS settings of a test node (`--tls-port`, `--tls-cert-file`, `--tls-key-file`,
@@ -92,6 +98,13 @@ impl NodeOptions {
     /// Returns these options with TLS set (see [`NodeOptions::tls`]).
     pub fn with_tls(mut self, tls: NodeTls) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Returns these options with the nodes' clocks under the test's control, starting at
+    /// `spec` (see [`NodeOptions::fake_clock`]).
+    pub fn with_fake_clock(mut self, spec: impl Into<String>) -> Self {
+        self.fake_clock = Some(spec.into());
         self
     }
 

@@ -169,6 +169,28 @@ impl RedisProcess {
         Ok(redis::Client::open(self.url())?)
     }
 
+    /// Sets the node's clock to the libfaketime `spec` (`+3600`: an hour ahead of the real
+    /// time; `+0`: the real time), at once: for a node started with
+    /// [`NodeOptions::fake_clock`](crate::NodeOptions::fake_clock). The file is replaced
+    /// whole, so the server never reads half a spec.
+    pub fn set_clock(&self, spec: &str) -> Result<()> {
+        if self.options.fake_clock.is_none() {
+            return Err(TestkitError::Io(std::io::Error::other(
+                "the node was not started with NodeOptions::fake_clock",
+            )));
+        }
+        let file = self.clock_file();
+        let staged = file.with_extension("new");
+        std::fs::write(&staged, spec)?;
+        std::fs::rename(&staged, &file)?;
+        Ok(())
+    }
+
+    /// The file libfaketime reads the node's clock from.
+    fn clock_file(&self) -> PathBuf {
+        self.dir.path().join("faketime")
+    }
+
     /// Kills the node with `SIGKILL` and waits for it to exit. No-op when it
     /// is already stopped. A frozen node is killed as well.
     ///
@@ -333,6 +355,13 @@ impl RedisProcess {
             cmd.args(tls.server_args(port));
         }
         cmd.args(self.binary.debug_command_args());
+        if let Some(spec) = &self.options.fake_clock {
+            let file = self.clock_file();
+            if !file.exists() {
+                std::fs::write(&file, spec)?;
+            }
+            cmd.envs(crate::fake_clock::environment(&file)?);
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(stdout))
             .stderr(Stdio::from(stderr))

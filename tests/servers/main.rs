@@ -11,6 +11,7 @@ mod common;
 mod acl;
 mod acl_user;
 mod chaos;
+mod clocks;
 mod cohort;
 mod compat;
 mod connect;
