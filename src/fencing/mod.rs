@@ -33,6 +33,41 @@
 //!   [`fenced_set`] does that for a value kept in Redis.
 //! - Fencing the write alone does not protect a read-modify-write: claim the token with
 //!   [`fenced_claim`] *before* reading (see [Read-modify-write](fenced_set#read-modify-write)).
+//!
+//! # Fencing a SQL database
+//!
+//! [`fenced_set`] and [`fenced_claim`] keep the data in Redis. A SQL database checks the
+//! token itself, in the statements that touch the row: no client library of this crate is
+//! needed, only a column that keeps the highest token that claimed the row (a `bigint`:
+//! tokens are at most [`MAX_TOKEN`], 2^53) and a condition on it in every statement. A
+//! statement applies only when no newer token has been seen for the row; an equal token
+//! is the same holder (tokens strictly increase from holder to holder of a resource), who
+//! may write again. For a read-modify-write, claim while reading, then write:
+//!
+//! ```sql
+//! CREATE TABLE stock (sku text PRIMARY KEY, qty bigint NOT NULL, fence bigint NOT NULL DEFAULT 0);
+//! -- right after acquiring: claim the row and read it (no row back: a newer holder exists)
+//! UPDATE stock SET fence = $1 WHERE sku = $2 AND fence <= $1 RETURNING qty;
+//! -- the write computed from that read (0 rows: a newer holder claimed it; stop)
+//! UPDATE stock SET qty = $3, fence = $1 WHERE sku = $2 AND fence <= $1;
+//! ```
+//!
+//! and for a blind write, which may create the row, one upsert:
+//!
+//! ```sql
+//! INSERT INTO stock (sku, qty, fence) VALUES ($2, $3, $1)
+//! ON CONFLICT (sku) DO UPDATE SET qty = EXCLUDED.qty, fence = EXCLUDED.fence
+//! WHERE stock.fence <= EXCLUDED.fence;
+//! ```
+//!
+//! As with [`fenced_set`], fencing only the write (the second `UPDATE` after a plain
+//! `SELECT`) still loses an update to a stale holder that wakes between the new holder's
+//! read and its write; the claim closes that. All tokens of a row must come from the lock
+//! of one resource. Where the change can be one statement (`SET qty = qty - 1`), the
+//! database already serialises it and the lock only saves wasted work.
+//! `tests/servers/fencing_postgres.rs` runs holders paused past their TTL against a real
+//! PostgreSQL table: no update lost with these statements, one per paused holder with plain
+//! ones; `examples/fencing_postgres.rs` shows the same on a timeline.
 
 mod mint;
 
