@@ -9,12 +9,50 @@
 //! # How tokens are minted
 //!
 //! Each node keeps a counter per resource (`quorumlock:fence:<key>`, never expiring: see
-//! [`counter_key`](crate::protocol::keys::counter_key)). After winning the lock, the
+//! [`counter_key`](crate::protocol::keys::counter_key)), or one per bucket of resources
+//! (see [Counter layouts](#counter-layouts)). After winning the lock, the
 //! holder reads the counter from a majority of nodes, takes the maximum, and raises the
 //! counter to `max + 1` on a majority before using it. Any two majorities share a node,
 //! so the next holder reads at least this token and mints a larger one. A plain `INCR` on
 //! each node with the maximum taken would not be monotonic: two holders whose majorities
 //! differ can see the same maximum.
+//!
+//! # Counter layouts
+//!
+//! A per-resource counter never expires, so every resource ever fenced leaves a key on
+//! every node: a lock per order, per user or per job leaves millions.
+//! [`FencingCounters::Shared { buckets }`](FencingCounters::Shared) bounds them: a
+//! resource's counter is one of `buckets` keys, `quorumlock:fence-bucket:<bucket>`, the
+//! bucket a fixed hash of the lock key
+//! ([`counter_bucket`](crate::protocol::keys::counter_bucket)), so each node keeps at most
+//! `buckets` counter keys however many resources are fenced.
+//!
+//! Tokens still strictly increase from holder to holder of each resource: a counter only
+//! ever grows, and one that other resources raise too only grows faster. The next holder
+//! still reads at least this holder's token from the counter it raised, and mints more.
+//! The trade-off:
+//!
+//! - **Tokens have gaps.** A resource's tokens increase across every resource of its
+//!   bucket (`buckets: 1`: across all resources of the lock), so they no longer count its
+//!   holders, and two resources may be handed the same token. Compare tokens of one
+//!   resource only, which is all a fenced store does.
+//! - **The counters grow faster.** A bucket reaches [`MAX_TOKEN`] (2^53) after that many
+//!   mints of all its resources together: at a million mints a second, after 285 years.
+//! - **Every client of a resource must use the same layout and bucket count**, as every
+//!   client must use the same key prefix: tokens are only ordered among holders that raise
+//!   the same counter. To move from per-resource counters, switch every client at once:
+//!   a shared mint also reads the resource's old counter (without raising it), so its tokens
+//!   go on above the old ones. An old counter can be deleted once its resource has been
+//!   locked with the shared layout (its bucket then exceeds it on a majority), and no
+//!   client with per-resource counters is left.
+//! - **Not on hash-tagged nodes.** On a Redis Cluster member, every key of a script must
+//!   share the lock key's slot, which a counter shared by many lock keys cannot do. A lock
+//!   with shared counters refuses such nodes (a Redis Cluster member, or
+//!   [`Nodes::hash_tags`](crate::Nodes::hash_tags)) with
+//!   [`ConfigError::SharedFencingCountersOnHashTags`](crate::ConfigError::SharedFencingCountersOnHashTags),
+//!   at connect and on every acquisition; keep per-resource counters there.
+//! - **A busier key.** Every mint of a bucket reads and raises the same key: on one node
+//!   this costs what a per-resource counter does (Redis runs one command at a time anyway).
 //!
 //! # Limits
 //!
@@ -69,11 +107,13 @@
 //! PostgreSQL table: no update lost with these statements, one per paused holder with plain
 //! ones; `examples/fencing_postgres.rs` shows the same on a timeline.
 
+mod counters;
 mod mint;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script};
 
+pub use self::counters::FencingCounters;
 pub(crate) use self::mint::{mint, CounterQuorum, CounterRequest};
 
 /// The largest fencing token: Redis scripts compute in doubles, exact up to 2^53.
