@@ -185,6 +185,22 @@ pub enum ConfigError {
         /// The most accepted.
         max: u32,
     },
+    /// [`FencingCounters::Shared`](crate::fencing::FencingCounters::Shared) needs 1 to
+    /// [`MAX_BUCKETS`](crate::fencing::FencingCounters::MAX_BUCKETS) buckets.
+    #[error("shared fencing counters need between 1 and {max} buckets, got {buckets}")]
+    InvalidFencingBuckets {
+        /// The rejected number of buckets.
+        buckets: u32,
+        /// The most accepted.
+        max: u32,
+    },
+    /// Shared fencing counters on hash-tagged nodes (a Redis Cluster member, or
+    /// `Nodes::hash_tags`): a counter shared by many lock keys cannot share each one's slot.
+    #[error(
+        "shared fencing counters cannot serve hash-tagged keys (a Redis Cluster member, or \
+         Nodes::hash_tags): use FencingCounters::PerResource there"
+    )]
+    SharedFencingCountersOnHashTags,
     /// A leader election numbers its terms by fencing tokens: the lock must be built with
     /// [`fencing`](crate::LockConfigBuilder::fencing) on.
     #[error(

@@ -98,6 +98,10 @@ impl Resources {
         if resources.is_empty() {
             return Err(invalid("", "no resource given"));
         }
+        if config.fencing() {
+            // Checked here, on every lock, since a configuration can change after connect.
+            config.fencing_counters().check_layout(layout)?;
+        }
         if resources.len() > MAX_RESOURCES {
             return Err(invalid(resources[0], "more than 64 resources in one lock"));
         }

@@ -36,6 +36,28 @@ pub enum TestkitError {
         /// The Debian package that has it.
         package: &'static str,
     },
+    /// No PostgreSQL server binaries (`initdb` and `postgres`) could be found, for
+    /// [`PostgresServer`](crate::PostgresServer).
+    #[error(
+        "PostgreSQL not found ({searched}); install it with `apt-get install postgresql` \
+         or set QUORUMLOCK_POSTGRES_BIN to the directory holding `initdb` and `postgres`"
+    )]
+    PostgresNotFound {
+        /// The places that were searched.
+        searched: String,
+    },
+    /// A [`PostgresServer`](crate::PostgresServer) could not be made ready: `initdb`
+    /// failed, the server exited or did not accept connections in time, or no user could
+    /// run it (PostgreSQL refuses to run as root).
+    #[error("PostgreSQL {step} failed: {reason}; log tail:\n{log_tail}")]
+    Postgres {
+        /// What was being done: `initdb`, `start`.
+        step: &'static str,
+        /// Why it failed.
+        reason: String,
+        /// The last lines of the tool's output or the server's log.
+        log_tail: String,
+    },
     /// The node was started but did not answer `PING` in time.
     #[error("redis-server on port {port} did not become ready within {timeout:?}; log tail:\n{log_tail}")]
     NotReady {

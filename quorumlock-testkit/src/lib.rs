@@ -41,6 +41,11 @@
 //! nodes). `docs/chaos.md` describes the chaos and no-oversell suites built
 //! on them.
 //!
+//! [`PostgresServer`] starts a local PostgreSQL server the same way (`initdb` into a
+//! temporary directory, a free loopback port, stopped when dropped), for tests whose
+//! protected data lives in a SQL database; run as root, it runs the server as the
+//! `postgres` user, since PostgreSQL refuses root.
+//!
 //! With the `testcontainers` feature, the `containers` module offers the same kind of
 //! cluster backed by `redis:7-alpine` containers, for machines without a local
 //! `redis-server` but with Docker.
@@ -102,6 +107,8 @@ mod fake_clock;
 pub mod measure;
 mod options;
 mod ports;
+#[cfg(unix)]
+mod postgres;
 mod process;
 mod proxy;
 mod sentinel;
@@ -117,6 +124,8 @@ pub use cluster::RedisCluster;
 pub use containers::{start_containers, start_containers_with, ContainerCluster, RedisContainer};
 pub use error::TestkitError;
 pub use options::{NodeOptions, NodeTls, Persistence};
+#[cfg(unix)]
+pub use postgres::{PostgresServer, POSTGRES_BIN_ENV};
 pub use process::RedisProcess;
 pub use proxy::{Direction, FaultProxy, ProxiedCluster, ResetWhen, Tap};
 pub use sentinel::{SentinelDeployment, SERVICE};

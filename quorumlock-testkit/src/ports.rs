@@ -68,22 +68,38 @@ pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
 }
 
 /// The highest port a cluster node may use: its cluster bus listens 10000 ports higher.
-const MAX_CLUSTER_PORT: u16 = 55535;
+pub(crate) const MAX_CLUSTER_PORT: u16 = 55535;
+
+/// The lowest port [`free_port_at_most`] draws: above the well-known and most registered
+/// service ports.
+const MIN_DRAWN_PORT: u16 = 20_000;
+
+/// A port at most `max` (and at least 20000) whose listener `binds` accepts, with every
+/// port `also(port)` names free too, none handed out before by this process. Drawn at
+/// random: the kernel's own choice of a free port may lie above `max`.
+fn free_port_drawn(max: u16, also: impl Fn(u16) -> Option<u16>) -> Result<u16> {
+    use rand::Rng;
+    for _ in 0..TRIES {
+        let port = rand::rng().random_range(MIN_DRAWN_PORT..=max);
+        let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        let ports: Vec<u16> = std::iter::once(port).chain(also(port)).collect();
+        if ports.iter().all(|&port| free(port)) && claim(&ports) {
+            return Ok(port);
+        }
+    }
+    Err(exhausted(&format!("port at most {max}")))
+}
+
+/// A port that was free a moment ago, at most `max`, never handed out before by this
+/// process (see [`free_port`]).
+pub(crate) fn free_port_at_most(max: u16) -> Result<u16> {
+    free_port_drawn(max, |_| None)
+}
 
 /// A port for a cluster-enabled node: free a moment ago, at most [`MAX_CLUSTER_PORT`], with
 /// its cluster bus port free too, neither handed out before by this process.
 pub(crate) fn free_cluster_port() -> Result<u16> {
-    use rand::Rng;
-    for _ in 0..TRIES {
-        let port = rand::rng().random_range(20_000..=MAX_CLUSTER_PORT);
-        let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
-        if free(port) && free(port + 10_000) && claim(&[port, port + 10_000]) {
-            return Ok(port);
-        }
-    }
-    Err(exhausted(
-        "port pair (port, port + 10000) for a cluster node",
-    ))
+    free_port_drawn(MAX_CLUSTER_PORT, |port| Some(port + 10_000))
 }
 
 #[cfg(test)]
@@ -99,7 +115,10 @@ mod tests {
             assert!(seen.insert(port), "port {port} handed out twice");
         }
         let cluster = free_cluster_port().unwrap();
+        assert!(cluster <= MAX_CLUSTER_PORT);
         assert!(seen.insert(cluster) && seen.insert(cluster + 10_000));
+        let low = free_port_at_most(30_000).unwrap();
+        assert!((MIN_DRAWN_PORT..=30_000).contains(&low) && seen.insert(low));
         assert!(!claim(&[first[0]]), "a claimed port claimed again");
     }
 }

@@ -24,7 +24,7 @@ const PORT_ATTEMPTS: usize = 5;
 /// How many times `restart` retries its (fixed) port when it is momentarily busy.
 const RESTART_ATTEMPTS: usize = 5;
 /// How many log lines error messages quote.
-const LOG_TAIL_LINES: usize = 20;
+pub(crate) const LOG_TAIL_LINES: usize = 20;
 /// How long `Drop` waits for a killed child to be reaped.
 const DROP_REAP_BUDGET: Duration = Duration::from_secs(2);
 
@@ -477,13 +477,13 @@ impl Drop for RedisProcess {
     }
 }
 
-fn file_len(path: &Path) -> u64 {
+pub(crate) fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
 /// The contents of `path` from byte `offset` on (empty when unreadable:
 /// the text is only used for diagnostics).
-fn read_from(path: &Path, offset: u64) -> String {
+pub(crate) fn read_from(path: &Path, offset: u64) -> String {
     let mut text = String::new();
     if let Ok(mut file) = std::fs::File::open(path) {
         let mut bytes = Vec::new();
@@ -495,7 +495,7 @@ fn read_from(path: &Path, offset: u64) -> String {
 }
 
 /// The last `lines` lines of `text`, or a placeholder when there are none.
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     if all.is_empty() {
         return "(log is empty)".to_owned();

@@ -13,6 +13,8 @@ pub(crate) enum Signal {
     Stop,
     /// `SIGCONT`: it resumes (thawed).
     Cont,
+    /// `SIGQUIT`: a PostgreSQL server's immediate shutdown (it ends its backends and exits).
+    Quit,
 }
 
 /// Sends `signal` to the process `pid`.
@@ -21,6 +23,7 @@ pub(crate) fn send_signal(pid: u32, signal: Signal) -> Result<()> {
     let (number, name) = match signal {
         Signal::Stop => (libc::SIGSTOP, "SIGSTOP"),
         Signal::Cont => (libc::SIGCONT, "SIGCONT"),
+        Signal::Quit => (libc::SIGQUIT, "SIGQUIT"),
     };
     let raw_pid = libc::pid_t::try_from(pid).map_err(|_| TestkitError::Signal {
         signal: name,
@@ -47,6 +50,7 @@ pub(crate) fn send_signal(_pid: u32, signal: Signal) -> Result<()> {
     Err(TestkitError::Unsupported(match signal {
         Signal::Stop => "freezing a node (SIGSTOP)",
         Signal::Cont => "thawing a node (SIGCONT)",
+        Signal::Quit => "stopping a PostgreSQL server (SIGQUIT)",
     }))
 }
 

@@ -249,6 +249,9 @@ impl Nodes {
     /// deployment facts must fit `config` (see [`Deployment::check`]).
     pub(crate) fn check(&self, config: &LockConfig) -> Result<(), LockError> {
         self.deployment.check(config)?;
+        if config.fencing() {
+            config.fencing_counters().check_layout(self.layout())?;
+        }
         if self.addresses.len() > 1 && !self.deployment.sentinel_members {
             if let Some(address) = self.addresses.iter().find(|address| address.is_sentinel()) {
                 return Err(LockError::InvalidNode {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::LockConfig;
 use crate::error::ConfigError;
+use crate::fencing::FencingCounters;
 
 /// Builds a validated [`LockConfig`]; start one with [`LockConfig::builder`].
 ///
@@ -85,6 +86,13 @@ impl LockConfigBuilder {
     /// Sets whether each acquisition mints a fencing token.
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.config.fencing = fencing;
+        self
+    }
+
+    /// Sets where the fencing counters live on the nodes; see [`FencingCounters`]. Every
+    /// client of a resource must use the same layout.
+    pub fn fencing_counters(mut self, counters: FencingCounters) -> Self {
+        self.config.fencing_counters = counters;
         self
     }
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
+use crate::fencing::FencingCounters;
 
 pub use self::builder::LockConfigBuilder;
 pub(crate) use self::units::{micros, millis};
@@ -111,6 +112,7 @@ pub struct LockConfig {
     notify_releases: bool,
     fair: bool,
     fencing: bool,
+    fencing_counters: FencingCounters,
     acquire_timeout: Option<Duration>,
     cohort_passes: u32,
     cohort_window: Duration,
@@ -246,6 +248,12 @@ impl LockConfig {
         self.fencing
     }
 
+    /// Where the fencing counters live on the nodes (default
+    /// [`FencingCounters::PerResource`]); see [Counter layouts](crate::fencing#counter-layouts).
+    pub fn fencing_counters(&self) -> FencingCounters {
+        self.fencing_counters
+    }
+
     /// The deadline of every blocking acquire (`acquire`, `acquire_many`, `with`), counted
     /// from its start; `None`: its retry settings alone bound it (see
     /// [Bounded waits](Self#bounded-waits)). A per-call
@@ -298,6 +306,7 @@ impl Default for LockConfig {
             notify_releases: true,
             fair: true,
             fencing: false,
+            fencing_counters: FencingCounters::PerResource,
             acquire_timeout: None,
             cohort_passes: Self::DEFAULT_COHORT_PASSES,
             cohort_window: Self::DEFAULT_COHORT_WINDOW,

@@ -62,6 +62,7 @@ impl LockConfig {
                 });
             }
         }
+        self.fencing_counters.validate()?;
         self.validate_cohort()?;
         self.validate_wait()
     }

@@ -1,11 +1,8 @@
 //! Minting a fencing token: the quorum max-register over the nodes' counters (see
 //! [How tokens are minted](super#how-tokens-are-minted)).
 
-use std::sync::Arc;
-
-use super::MAX_TOKEN;
+use super::{FencingCounters, MAX_TOKEN};
 use crate::error::{LockError, Tally};
-use crate::protocol::keys::counter_key;
 use crate::resource::Keys;
 
 /// What one counter round asks every node.
@@ -29,14 +26,17 @@ pub(crate) trait CounterQuorum {
 /// from a majority, then raises them to `max + 1` on a majority. Any two majorities
 /// overlap, so the next holder reads at least this token and mints a larger one. (One
 /// INCR per node with the maximum taken is not monotonic across different majorities.)
+/// Which counters it reads and raises is the layout's (see [`FencingCounters::of`]): a
+/// counter raised by other resources too only grows faster, which the argument allows.
 pub(crate) async fn mint(
     quorum: &impl CounterQuorum,
     resource: &str,
     keys: &Keys,
+    layout: FencingCounters,
 ) -> Result<u64, LockError> {
-    let counters: Keys = keys.iter().map(|key| Arc::from(counter_key(key))).collect();
+    let (read, counters) = layout.of(keys);
     let highest = quorum
-        .ask(&counters, CounterRequest::Read)
+        .ask(&read, CounterRequest::Read)
         .await
         .map_err(|tally| not_minted(resource, tally))?;
     // Lua scripts count in doubles: past 2^53 a counter could no longer grow exactly.

@@ -9,12 +9,50 @@
 //! # How tokens are minted
 //!
 //! Each node keeps a counter per resource (`quorumlock:fence:<key>`, never expiring: see
-//! [`counter_key`](crate::protocol::keys::counter_key)). After winning the lock, the
+//! [`counter_key`](crate::protocol::keys::counter_key)), or one per bucket of resources
+//! (see [Counter layouts](#counter-layouts)). After winning the lock, the
 //! holder reads the counter from a majority of nodes, takes the maximum, and raises the
 //! counter to `max + 1` on a majority before using it. Any two majorities share a node,
 //! so the next holder reads at least this token and mints a larger one. A plain `INCR` on
 //! each node with the maximum taken would not be monotonic: two holders whose majorities
 //! differ can see the same maximum.
+//!
+//! # Counter layouts
+//!
+//! A per-resource counter never expires, so every resource ever fenced leaves a key on
+//! every node: a lock per order, per user or per job leaves millions.
+//! [`FencingCounters::Shared { buckets }`](FencingCounters::Shared) bounds them: a
+//! resource's counter is one of `buckets` keys, `quorumlock:fence-bucket:<bucket>`, the
+//! bucket a fixed hash of the lock key
+//! ([`counter_bucket`](crate::protocol::keys::counter_bucket)), so each node keeps at most
+//! `buckets` counter keys however many resources are fenced.
+//!
+//! Tokens still strictly increase from holder to holder of each resource: a counter only
+//! ever grows, and one that other resources raise too only grows faster. The next holder
+//! still reads at least this holder's token from the counter it raised, and mints more.
+//! The trade-off:
+//!
+//! - **Tokens have gaps.** A resource's tokens increase across every resource of its
+//!   bucket (`buckets: 1`: across all resources of the lock), so they no longer count its
+//!   holders, and two resources may be handed the same token. Compare tokens of one
+//!   resource only, which is all a fenced store does.
+//! - **The counters grow faster.** A bucket reaches [`MAX_TOKEN`] (2^53) after that many
+//!   mints of all its resources together: at a million mints a second, after 285 years.
+//! - **Every client of a resource must use the same layout and bucket count**, as every
+//!   client must use the same key prefix: tokens are only ordered among holders that raise
+//!   the same counter. To move from per-resource counters, switch every client at once:
+//!   a shared mint also reads the resource's old counter (without raising it), so its tokens
+//!   go on above the old ones. An old counter can be deleted once its resource has been
+//!   locked with the shared layout (its bucket then exceeds it on a majority), and no
+//!   client with per-resource counters is left.
+//! - **Not on hash-tagged nodes.** On a Redis Cluster member, every key of a script must
+//!   share the lock key's slot, which a counter shared by many lock keys cannot do. A lock
+//!   with shared counters refuses such nodes (a Redis Cluster member, or
+//!   [`Nodes::hash_tags`](crate::Nodes::hash_tags)) with
+//!   [`ConfigError::SharedFencingCountersOnHashTags`](crate::ConfigError::SharedFencingCountersOnHashTags),
+//!   at connect and on every acquisition; keep per-resource counters there.
+//! - **A busier key.** Every mint of a bucket reads and raises the same key: on one node
+//!   this costs what a per-resource counter does (Redis runs one command at a time anyway).
 //!
 //! # Limits
 //!
@@ -33,12 +71,49 @@
 //!   [`fenced_set`] does that for a value kept in Redis.
 //! - Fencing the write alone does not protect a read-modify-write: claim the token with
 //!   [`fenced_claim`] *before* reading (see [Read-modify-write](fenced_set#read-modify-write)).
+//!
+//! # Fencing a SQL database
+//!
+//! [`fenced_set`] and [`fenced_claim`] keep the data in Redis. A SQL database checks the
+//! token itself, in the statements that touch the row: no client library of this crate is
+//! needed, only a column that keeps the highest token that claimed the row (a `bigint`:
+//! tokens are at most [`MAX_TOKEN`], 2^53) and a condition on it in every statement. A
+//! statement applies only when no newer token has been seen for the row; an equal token
+//! is the same holder (tokens strictly increase from holder to holder of a resource), who
+//! may write again. For a read-modify-write, claim while reading, then write:
+//!
+//! ```sql
+//! CREATE TABLE stock (sku text PRIMARY KEY, qty bigint NOT NULL, fence bigint NOT NULL DEFAULT 0);
+//! -- right after acquiring: claim the row and read it (no row back: a newer holder exists)
+//! UPDATE stock SET fence = $1 WHERE sku = $2 AND fence <= $1 RETURNING qty;
+//! -- the write computed from that read (0 rows: a newer holder claimed it; stop)
+//! UPDATE stock SET qty = $3, fence = $1 WHERE sku = $2 AND fence <= $1;
+//! ```
+//!
+//! and for a blind write, which may create the row, one upsert:
+//!
+//! ```sql
+//! INSERT INTO stock (sku, qty, fence) VALUES ($2, $3, $1)
+//! ON CONFLICT (sku) DO UPDATE SET qty = EXCLUDED.qty, fence = EXCLUDED.fence
+//! WHERE stock.fence <= EXCLUDED.fence;
+//! ```
+//!
+//! As with [`fenced_set`], fencing only the write (the second `UPDATE` after a plain
+//! `SELECT`) still loses an update to a stale holder that wakes between the new holder's
+//! read and its write; the claim closes that. All tokens of a row must come from the lock
+//! of one resource. Where the change can be one statement (`SET qty = qty - 1`), the
+//! database already serialises it and the lock only saves wasted work.
+//! `tests/servers/fencing_postgres.rs` runs holders paused past their TTL against a real
+//! PostgreSQL table: no update lost with these statements, one per paused holder with plain
+//! ones; `examples/fencing_postgres.rs` shows the same on a timeline.
 
+mod counters;
 mod mint;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script};
 
+pub use self::counters::FencingCounters;
 pub(crate) use self::mint::{mint, CounterQuorum, CounterRequest};
 
 /// The largest fencing token: Redis scripts compute in doubles, exact up to 2^53.

@@ -15,6 +15,7 @@
 //! | `quorumlock:waiter-deadlines:<key>` | hash | when each waiter's place lapses, in the node's milliseconds |
 //! | `quorumlock:watched:<key>` | string | present while some waiter that races for `<key>` (not queued) wants its releases announced |
 //! | `quorumlock:fence:<key>` | string | the [fencing](crate::fencing) counter of `<key>`; never expires |
+//! | `quorumlock:fence-bucket:<bucket>` | string | with [shared fencing counters](crate::fencing::FencingCounters::Shared), the counter of every key whose [`counter_bucket`] is `<bucket>`; never expires |
 //! | `quorumlock:reader:<key>:<id>` | string | one reader's entry of a read-write lock whose write side is `<key>`: its token, with its own TTL; released, extended and checked as a mutex key |
 //! | `quorumlock:readers:<key>` | sorted set | the names of the shared holders of `<key>`: reader entries (score 0) and the permit slots of the semaphore of the name (score K, its permits); an entry that no longer exists is a holder gone, and is dropped when next seen. Every exclusive acquisition of `<key>` refuses while a listed entry exists |
 //! | `quorumlock:writer-waiting:<key>` | string | present while a blocked writer waits: new readers are refused (writer preference) |
@@ -72,6 +73,10 @@ pub const RESERVED_PREFIX: &str = "quorumlock:reserved:";
 /// The fencing counter of `key` is this prefix and the key.
 pub const COUNTER_PREFIX: &str = "quorumlock:fence:";
 
+/// With shared fencing counters, the counter of a bucket is this prefix and the bucket's
+/// number (brace-free, and not a lock key's counter: those are under [`COUNTER_PREFIX`]).
+pub const SHARED_COUNTER_PREFIX: &str = "quorumlock:fence-bucket:";
+
 /// The reader list of the write-side key `key` is this prefix and the key.
 pub const READERS_PREFIX: &str = "quorumlock:readers:";
 
@@ -123,6 +128,25 @@ pub fn reserved_for(waiter: &str) -> String {
 /// lock key of a resource).
 pub fn counter_key(key: &str) -> String {
     format!("{COUNTER_PREFIX}{key}")
+}
+
+/// The shared fencing counter of the bucket `bucket` ([`SHARED_COUNTER_PREFIX`]).
+pub fn shared_counter_key(bucket: u32) -> String {
+    format!("{SHARED_COUNTER_PREFIX}{bucket}")
+}
+
+/// The bucket, below `buckets` (non-zero), whose shared fencing counter serves the lock key
+/// `key`: the key's 64-bit FNV-1a hash modulo `buckets`. Every client of a resource must
+/// compute the same bucket, in this version and later ones, so the function is fixed here
+/// (a test pins its values).
+pub fn counter_bucket(key: &str, buckets: u32) -> u32 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = key.bytes().fold(OFFSET, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    });
+    // The remainder is below `buckets`, a `u32`.
+    (hash % u64::from(buckets)) as u32
 }
 
 /// The reader list of the write-side key `writer` ([`READERS_PREFIX`]).
@@ -205,6 +229,7 @@ mod tests {
             );
         }
         assert!(module_docs.contains(&format!("`{READER_PREFIX}<key>:<id>`")));
+        assert!(module_docs.contains(&format!("`{SHARED_COUNTER_PREFIX}<bucket>`")));
         assert!(module_docs.contains(&format!("`{RESERVED_PREFIX}<waiter>`")));
         assert!(module_docs.contains(&format!("`{WAITER_CHANNEL_PREFIX}<client>`")));
     }
@@ -243,6 +268,7 @@ mod tests {
         assert_eq!(watched_key("k"), "quorumlock:watched:k");
         assert_eq!(reserved_for("c:w"), "quorumlock:reserved:c:w");
         assert_eq!(counter_key("k"), "quorumlock:fence:k");
+        assert_eq!(shared_counter_key(7), "quorumlock:fence-bucket:7");
         assert_eq!(readers_key("k"), "quorumlock:readers:k");
         assert_eq!(reader_key("k", "id"), "quorumlock:reader:k:id");
         assert_eq!(writer_waiting_key("k"), "quorumlock:writer-waiting:k");
@@ -252,5 +278,26 @@ mod tests {
         assert_eq!(waiter_channel("c"), "quorumlock:waiter:c");
         assert_eq!(waiter_id("c", "w"), "c:w");
         assert_eq!(permit_resource("pool", 2), "pool:permit:2");
+    }
+
+    /// Clients of every version must put a resource in the same bucket: these values are
+    /// the function's, not just any spread.
+    #[test]
+    fn the_bucket_of_a_key_is_fixed() {
+        // FNV-1a 64 of the empty string is its offset basis, of "a" the published value.
+        assert_eq!(
+            counter_bucket("", u32::MAX),
+            (0xcbf2_9ce4_8422_2325u64 % u64::from(u32::MAX)) as u32
+        );
+        assert_eq!(
+            counter_bucket("a", u32::MAX),
+            (0xaf63_dc4c_8601_ec8cu64 % u64::from(u32::MAX)) as u32
+        );
+        assert_eq!(counter_bucket("order:1", 1), 0);
+        let spread: std::collections::HashSet<u32> = (0..1000)
+            .map(|i| counter_bucket(&format!("order:{i}"), 16))
+            .collect();
+        assert_eq!(spread.len(), 16, "1000 keys reach every one of 16 buckets");
+        assert!(spread.iter().all(|&bucket| bucket < 16));
     }
 }

@@ -212,7 +212,8 @@ impl Coordinator {
             return Err(self.refusal(resource, tally));
         }
         let fencing_token = if self.config.fencing() {
-            Some(Box::pin(fencing::mint(self, resource, keys)).await?)
+            let counters = self.config.fencing_counters();
+            Some(Box::pin(fencing::mint(self, resource, keys, counters)).await?)
         } else {
             None
         };

@@ -378,3 +378,40 @@ async fn on_nodes_with_an_append_only_file_tokens_survive_the_same_restarts() {
         "{tokens:?}"
     );
 }
+
+/// Shared counters on real nodes: 40 resources leave 4 counter keys on each node (none of
+/// their own), and each resource's tokens still increase.
+#[tokio::test]
+async fn shared_counters_leave_a_bounded_number_of_keys() {
+    use quorumlock::fencing::FencingCounters;
+    let cluster = cluster(3).await;
+    let shared = fenced(TTL)
+        .to_builder()
+        .fencing_counters(FencingCounters::Shared { buckets: 4 })
+        .build()
+        .unwrap();
+    let lock = fenced_lock(&cluster, shared).await;
+    let mut last = vec![0; 40];
+    for round in 0..3 {
+        for (i, previous) in last.iter_mut().enumerate() {
+            let guard = lock.acquire(&format!("account:{i}")).await.unwrap();
+            let token = guard.fencing_token().unwrap();
+            assert!(
+                token > *previous,
+                "round {round}, account:{i}: {token} after {previous}"
+            );
+            *previous = token;
+            guard.release().await.unwrap();
+        }
+    }
+    for node in cluster.nodes() {
+        let counters = node.keys("quorumlock:fence*").await.unwrap();
+        assert!(
+            (1..=4).contains(&counters.len())
+                && counters
+                    .iter()
+                    .all(|key| key.starts_with("quorumlock:fence-bucket:")),
+            "{counters:?}"
+        );
+    }
+}

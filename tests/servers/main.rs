@@ -1,7 +1,8 @@
 //! The tests on real redis-server processes, one module per subject: the wire, the scripts
 //! on Redis, connections, identity, TLS, ACL users, Cluster and Sentinel members, server
-//! compatibility, faults (chaos, oversell) and what only a real server shows. The testkit
-//! starts every node on a free loopback port and stops it when the test ends.
+//! compatibility, faults (chaos, oversell), fencing down to a PostgreSQL table, and what
+//! only a real server shows. The testkit starts every node on a free loopback port (and
+//! the PostgreSQL server likewise) and stops it when the test ends.
 //!
 //! One binary for all of them, so that the shared support ([`common`]) and the
 //! dependencies are compiled and linked once.
@@ -19,6 +20,7 @@ mod delivery;
 mod election;
 mod fairness;
 mod fencing;
+mod fencing_postgres;
 mod frozen_node;
 mod handoff;
 mod healing;

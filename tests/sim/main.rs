@@ -17,6 +17,7 @@ mod election;
 mod extension;
 mod factory;
 mod fairness;
+mod fencing;
 mod handoff;
 mod modes;
 mod multi;

@@ -4,7 +4,9 @@
 //! - [`cluster`]: the nodes, their failure injection (kill, freeze, restart, slow) and
 //!   their clean-up;
 //! - [`proxy`]: the fault proxy, on raw RESP bytes (`cargo test -p quorumlock-testkit
-//!   --test testkit proxy::`).
+//!   --test testkit proxy::`);
+//! - [`postgres`]: the PostgreSQL server, started and stopped.
 
 mod cluster;
+mod postgres;
 mod proxy;
