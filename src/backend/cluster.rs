@@ -141,11 +141,19 @@ impl ClusterLink {
                     State::Down { failures, .. } => failures.saturating_add(1),
                     State::Up(_) => 1,
                 };
-                if let Rejection::Refused(refusal) = &why {
-                    tracing::error!(node = %self.name, %refusal, "cluster refused; it counts as failed");
+                let mut retry_at = Instant::now() + backoff(failures);
+                match &why {
+                    Rejection::Refused(refusal) => {
+                        tracing::error!(node = %self.name, %refusal, "cluster refused; it counts as failed");
+                    }
+                    Rejection::Abstaining(abstention) => {
+                        tracing::warn!(node = %self.name, %abstention, "a cluster master abstains after a restart; the member counts as failed until then");
+                        retry_at = Instant::now() + abstention.remaining;
+                    }
+                    Rejection::Failed(_) => {}
                 }
                 *state = State::Down {
-                    retry_at: Instant::now() + backoff(failures),
+                    retry_at,
                     why: why.clone(),
                     failures,
                 };
@@ -174,10 +182,15 @@ impl ClusterLink {
                 .get_async_connection()
                 .await
                 .map_err(super::identity::rejection)?;
-            let (ids, append_only) = inspect(&mut connection).await?;
+            let (ids, masters) = inspect(&mut connection).await?;
             self.admission
-                .admit_cluster(&self.name, ids, append_only)
+                .admit_cluster(&self.name, ids, masters.append_only)
                 .map_err(Rejection::Refused)?;
+            // The youngest master decides: a restart of any one may have lost the keys of
+            // its slots.
+            if let Some(abstention) = self.admission.abstention(&masters) {
+                return Err(Rejection::Abstaining(abstention));
+            }
             Ok(connection)
         };
         match tokio::time::timeout(self.connect_timeout, attempt).await {
@@ -197,11 +210,13 @@ impl ClusterLink {
     }
 }
 
-/// What the cluster is: the ids of all its nodes (`CLUSTER NODES`), and whether every
-/// master keeps an append-only file (`INFO persistence` on each; `None` when denied).
+/// What the cluster is: the ids of all its nodes (`CLUSTER NODES`), and what its masters
+/// say of themselves taken together (`INFO` and `CONFIG GET appendfsync` on each): an
+/// append-only file only if every master keeps one (`None` when denied), fsynced on every
+/// write only if every master's is, and the uptime of the youngest.
 async fn inspect(
     connection: &mut ClusterConnection,
-) -> Result<(Vec<ServerId>, Option<bool>), Rejection> {
+) -> Result<(Vec<ServerId>, ServerFacts), Rejection> {
     let mut nodes = redis::cmd("CLUSTER");
     nodes.arg("NODES");
     let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
@@ -213,20 +228,62 @@ async fn inspect(
         Rejection::Failed(RedisError::from(std::io::Error::other(err.to_string())))
     })?;
     let ids = node_ids(&text);
-    let mut info = redis::cmd("INFO");
-    info.arg("persistence");
-    let masters = RoutingInfo::MultiNode((
-        MultipleNodeRoutingInfo::AllMasters,
-        Some(ResponsePolicy::Special),
-    ));
-    let append_only = match connection.route_command(info, masters).await {
-        Ok(replies) => Some(every_reply_says(&replies, |facts| {
-            facts.append_only == Some(true)
-        })),
-        Err(err) if err.code() == Some("NOPERM") => None,
-        Err(err) => return Err(Rejection::Failed(err)),
+    let masters = || {
+        RoutingInfo::MultiNode((
+            MultipleNodeRoutingInfo::AllMasters,
+            Some(ResponsePolicy::Special),
+        ))
     };
-    Ok((ids, append_only))
+    let mut facts = ServerFacts::default();
+    match connection
+        .route_command(redis::cmd("INFO"), masters())
+        .await
+    {
+        Ok(replies) => {
+            let each: Vec<ServerFacts> = replies_of(&replies)
+                .iter()
+                .map(|info| ServerFacts::from_info(info.as_deref().unwrap_or("")))
+                .collect();
+            if !each.is_empty() {
+                facts.append_only = Some(each.iter().all(|m| m.append_only == Some(true)));
+                facts.uptime = each.iter().map(|m| m.uptime).min().flatten();
+            }
+        }
+        Err(err) if err.code() == Some("NOPERM") => {}
+        Err(err) => return Err(Rejection::Failed(err)),
+    }
+    if facts.append_only == Some(true) {
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg("appendfsync");
+        // Denied or renamed: not known to fsync every write.
+        if let Ok(replies) = connection.route_command(get, masters()).await {
+            let policies = fsync_policies(&replies);
+            facts.fsync_always =
+                Some(!policies.is_empty() && policies.iter().all(|p| p == "always"));
+        }
+    }
+    Ok((ids, facts))
+}
+
+/// The `appendfsync` value of each master's `CONFIG GET appendfsync` reply.
+fn fsync_policies(replies: &Value) -> Vec<String> {
+    let value = |reply: &Value| -> Option<String> {
+        let field = match reply {
+            Value::Array(fields) => fields.get(1)?,
+            Value::Map(pairs) => &pairs.first()?.1,
+            _ => return None,
+        };
+        match field {
+            Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            Value::SimpleString(text) => Some(text.clone()),
+            _ => None,
+        }
+    };
+    let each: Vec<&Value> = match replies {
+        Value::Map(pairs) => pairs.iter().map(|(_, reply)| reply).collect(),
+        other => vec![other],
+    };
+    each.into_iter().filter_map(value).collect()
 }
 
 /// The node ids of a `CLUSTER NODES` reply: the first field of each line.
@@ -238,25 +295,19 @@ fn node_ids(cluster_nodes: &str) -> Vec<ServerId> {
         .collect()
 }
 
-/// Whether every `INFO` reply in `replies` (one per master, keyed by address) passes
-/// `check`.
-fn every_reply_says(replies: &Value, check: impl Fn(&ServerFacts) -> bool) -> bool {
+/// The text of each `INFO` reply in `replies` (one per master, keyed by address).
+fn replies_of(replies: &Value) -> Vec<Option<String>> {
     let text = |value: &Value| match value {
         Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
         Value::VerbatimString { text, .. } => Some(text.clone()),
         Value::SimpleString(text) => Some(text.clone()),
         _ => None,
     };
-    let infos: Vec<Option<String>> = match replies {
+    match replies {
         Value::Map(pairs) => pairs.iter().map(|(_, reply)| text(reply)).collect(),
         Value::Array(replies) => replies.iter().map(text).collect(),
         other => vec![text(other)],
-    };
-    !infos.is_empty()
-        && infos.iter().all(|info| {
-            info.as_deref()
-                .is_some_and(|info| check(&ServerFacts::from_info(info)))
-        })
+    }
 }
 
 /// The wait before the next attempt after `failures` failed ones in a row.
@@ -290,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn persistence_needs_every_master() {
+    fn every_masters_reply_is_read() {
         let info = |aof: &str| Value::BulkString(format!("aof_enabled:{aof}\r\n").into_bytes());
         let replies = |values: Vec<Value>| {
             Value::Map(
@@ -301,15 +352,21 @@ mod tests {
                     .collect(),
             )
         };
-        let durable = |facts: &ServerFacts| facts.append_only == Some(true);
-        assert!(every_reply_says(
-            &replies(vec![info("1"), info("1")]),
-            durable
-        ));
-        assert!(!every_reply_says(
-            &replies(vec![info("1"), info("0")]),
-            durable
-        ));
-        assert!(!every_reply_says(&replies(vec![]), durable));
+        let texts = replies_of(&replies(vec![info("1"), info("0")]));
+        assert_eq!(texts.len(), 2);
+        assert_eq!(
+            ServerFacts::from_info(texts[1].as_deref().unwrap()).append_only,
+            Some(false)
+        );
+        let policy = |p: &str| {
+            Value::Array(vec![
+                Value::BulkString(b"appendfsync".to_vec()),
+                Value::BulkString(p.as_bytes().to_vec()),
+            ])
+        };
+        assert_eq!(
+            fsync_policies(&replies(vec![policy("always"), policy("everysec")])),
+            ["always", "everysec"]
+        );
     }
 }

@@ -147,10 +147,10 @@ pub async fn check_members(
 }
 
 /// Once a quorum is admitted, the other checks still get as long again as that took, and
-/// at least this: two URLs of one server answer about as fast as each other, so a
+/// at least this (a loaded host resolves `localhost` and connects in tens of milliseconds): two URLs of one server answer about as fast as each other, so a
 /// duplicate is caught here rather than only counted as failed later, while a frozen node
 /// delays `connect` by no more than the quorum took.
-const ALIAS_GRACE: Duration = Duration::from_millis(10);
+const ALIAS_GRACE: Duration = Duration::from_millis(100);
 
 /// Checks every node at once, each in a task of its own so that a check still under way
 /// when this returns goes on: until `quorum` of them are admitted and the others had the

@@ -461,3 +461,36 @@ async fn with_replica_acks_a_grant_survives_the_failover_of_its_master() {
     )
     .await;
 }
+
+/// A cluster whose masters keep no append-only file and started just now abstains as one
+/// member: any master may have restarted without the keys of its slots. (Before, cluster
+/// members were not checked for restarts.)
+#[tokio::test]
+async fn a_cluster_of_fresh_volatile_masters_abstains() {
+    let options = quorumlock_testkit::NodeOptions::default()
+        .with_persistence(quorumlock_testkit::Persistence::None);
+    let cluster = ShardedCluster::start_with(3, 0, options)
+        .await
+        .expect("start a local Redis Cluster (redis-server 7)");
+    let url = format!("redis+cluster://{}", cluster.node(0).address());
+    let lock = RedisLock::connect(&url, cluster_config()).await.unwrap();
+    let err = lock.try_acquire("fresh").await.unwrap_err();
+    assert!(err.to_string().contains("abstains"), "{err}");
+    let excluded = lock.node_metrics()[0].excluded.clone();
+    assert!(
+        excluded
+            .as_deref()
+            .is_some_and(|why| why.contains("abstains")),
+        "{excluded:?}"
+    );
+    // Opted out (the test started the masters itself), the same cluster serves at once.
+    let nodes = Nodes::new(url.as_str()).unwrap().restart_abstention(false);
+    let lock = Redlock::connect(nodes, cluster_config()).await.unwrap();
+    eventually("the cluster grants", Duration::from_secs(5), || async {
+        match lock.try_acquire("fresh").await {
+            Ok(guard) => guard.release().await.is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
+}

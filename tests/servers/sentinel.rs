@@ -85,13 +85,20 @@ async fn a_redis_lock_over_sentinel_follows_a_failover_under_a_held_lock() {
     )
     .await
     .unwrap();
-    relaxed
-        .try_acquire("report:daily")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    // Right after a failover the sentinel may answer for a moment that it knows no master
+    // of that name (seen under load: MasterNameNotFoundBySentinel) while it rewrites its
+    // state; the node asks again at its next connection.
+    eventually(
+        "the relaxed lock is granted",
+        Duration::from_secs(10),
+        || async {
+            match relaxed.try_acquire("report:daily").await {
+                Ok(guard) => guard.release().await.is_ok(),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
