@@ -31,6 +31,27 @@ pub enum ConfigError {
         /// The maximum accepted.
         max: Duration,
     },
+    /// Redis expires keys with millisecond precision (`PX`), and the
+    /// [lock-delay](crate::LockConfig::lock_delay) is part of the keys' expiry.
+    #[error("the lock-delay must be a whole number of milliseconds, got {lock_delay:?}")]
+    SubMillisecondLockDelay {
+        /// The rejected lock-delay.
+        lock_delay: Duration,
+    },
+    /// The TTL plus the [lock-delay](crate::LockConfig::lock_delay), the keys' expiry, is
+    /// above [`LockConfig::MAX_TTL`](crate::LockConfig::MAX_TTL).
+    #[error(
+        "the TTL {ttl:?} plus the lock-delay {lock_delay:?} is longer than the maximum \
+         {max:?} for a key's expiry"
+    )]
+    LockDelayTooLong {
+        /// The TTL.
+        ttl: Duration,
+        /// The rejected lock-delay.
+        lock_delay: Duration,
+        /// The maximum of their sum.
+        max: Duration,
+    },
     /// The drift factor must be a finite number in `[0, 1)`.
     #[error("the clock-drift factor must be in [0, 1), got {factor}")]
     InvalidDriftFactor {

@@ -63,6 +63,7 @@ impl LockConfig {
             }
         }
         self.validate_cohort()?;
+        self.validate_lock_delay()?;
         self.validate_wait()
     }
 
