@@ -18,6 +18,7 @@ mod extension;
 mod factory;
 mod fairness;
 mod handoff;
+mod lock_delay;
 mod modes;
 mod multi;
 mod redlock;
