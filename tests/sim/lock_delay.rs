@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use quorumlock::sim::SimCluster;
+use quorumlock::sim::{Op, SimCluster};
 use quorumlock::{AutoExtend, LeaseEnd, LockConfig, LockError, RwLock, Semaphore};
 use tokio::time::Instant;
 
@@ -260,4 +260,42 @@ async fn a_queued_waiter_behind_a_crashed_holder_gets_in_after_ttl_plus_delay() 
     assert!(at < free + retry, "in {:?} after it", at - free);
     assert_eq!(guard.deadline(), at + delayed(DELAY).max_validity());
     guard.release().await.unwrap();
+}
+
+/// The requests each node got for an acquire, a refresh and a release with `delay`: their
+/// kinds and keys, and the expiries they carried.
+async fn requests_with(delay: Duration) -> (Vec<String>, Vec<Duration>) {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", delayed(delay));
+    let mut guard = lock.try_acquire("report").await.unwrap();
+    guard.refresh().await.unwrap();
+    guard.release().await.unwrap();
+    let (mut kinds, mut expiries) = (Vec::new(), Vec::new());
+    for (node, record) in cluster.log() {
+        let kind = match record.op {
+            Op::Lock { ttl } => {
+                expiries.push(ttl);
+                "lock"
+            }
+            Op::Extend { ttl } => {
+                expiries.push(ttl);
+                "extend"
+            }
+            Op::Unlock => "unlock",
+            ref other => panic!("unexpected request {other:?}"),
+        };
+        kinds.push(format!("{node} {kind} {:?}", record.keys));
+    }
+    (kinds, expiries)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_delay_costs_no_request_only_another_expiry() {
+    let (plain, plain_expiries) = requests_with(Duration::ZERO).await;
+    let (delayed, delayed_expiries) = requests_with(DELAY).await;
+    // One lock, one extend and one unlock per node, with or without the delay.
+    assert_eq!(plain.len(), 9, "{plain:?}");
+    assert_eq!(delayed, plain);
+    assert_eq!(plain_expiries, vec![TTL; 6]);
+    assert_eq!(delayed_expiries, vec![TTL + DELAY; 6]);
 }
