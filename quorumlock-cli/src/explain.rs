@@ -150,6 +150,27 @@ pub fn config_error(error: &ConfigError, global: &GlobalArgs) -> CliError {
                 d(max)
             ),
         ),
+        ConfigError::SubMillisecondLockDelay { lock_delay } => (
+            format!("--lock-delay {lock_delay:?} is not a whole number of milliseconds"),
+            "the delay is part of the keys' expiry, which Redis keeps to the millisecond: give \
+             --lock-delay in whole milliseconds, such as --lock-delay 1500ms"
+                .to_owned(),
+        ),
+        ConfigError::LockDelayTooLong {
+            ttl,
+            lock_delay,
+            max,
+        } => (
+            format!(
+                "--ttl {} plus --lock-delay {} is longer than the maximum {}",
+                d(ttl),
+                d(lock_delay),
+                d(max)
+            ),
+            "the delay only keeps a holder that died or paused alone a little longer: keep it \
+             about as long as the pauses you expect, such as --lock-delay 10s"
+                .to_owned(),
+        ),
         ConfigError::ZeroAcquireTimeout => (
             "-w/--wait must be greater than zero".to_owned(),
             "give how long to wait for the lock, such as -w 10s, or pass -n not to wait".to_owned(),

@@ -159,6 +159,9 @@ fn lock_config(global: &GlobalArgs, args: &RunArgs) -> Result<LockConfig, CliErr
     if let Some(prefix) = &global.key_prefix {
         builder = builder.key_prefix(prefix.clone());
     }
+    if let Some(delay) = args.lock_delay {
+        builder = builder.lock_delay(delay);
+    }
     // --wait bounds the attempts by time, not by count: the deadline is what lets the
     // configuration retry without a count. `--wait 0s` keeps the default retries; its
     // deadline, already past, ends the first attempt.

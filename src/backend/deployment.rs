@@ -103,16 +103,18 @@ impl Default for Deployment {
 
 impl Deployment {
     /// How long after it started a server without a durable append-only file abstains,
-    /// for a lock with `config`: the longest lease (its TTL unless set) plus that lease's
-    /// drift allowance; `None` with restart abstention off.
+    /// for a lock with `config`: the longest lease (unless set, its keys' expiry, the TTL
+    /// plus the lock-delay: a key lost in the restart may have been keeping a lock-delay)
+    /// plus that lease's drift allowance; `None` with restart abstention off.
     pub(crate) fn restart_window(&self, config: &LockConfig) -> Option<Duration> {
         self.restart_abstention.then(|| self.lease_window(config))
     }
 
-    /// The longest lease (the lock's TTL unless set) plus its drift allowance: how long
+    /// The longest lease (the lock's key lifetime, TTL plus lock-delay, unless set) plus
+    /// its drift allowance: how long
     /// a node that may have lost or early-expired keys stays out.
     fn lease_window(&self, config: &LockConfig) -> Duration {
-        let lease = self.longest_lease.unwrap_or(config.ttl());
+        let lease = self.longest_lease.unwrap_or(config.key_ttl());
         lease.saturating_add(config.drift_allowance_for(lease))
     }
 
@@ -185,6 +187,26 @@ mod tests {
         // Off by default.
         assert_eq!(Deployment::default().replica_acks, None);
         assert!(Deployment::default().check(&config).is_ok());
+    }
+
+    #[test]
+    fn the_restart_window_covers_the_lock_delay() {
+        let ms = Duration::from_millis;
+        let config = LockConfig::builder()
+            .ttl(ms(1_000))
+            .lock_delay(ms(500))
+            .build()
+            .unwrap();
+        // 1.5 s of key expiry plus its drift allowance (1 % + 2 ms).
+        assert_eq!(
+            Deployment::default().restart_window(&config),
+            Some(ms(1_500 + 15 + 2))
+        );
+        let set = Deployment {
+            longest_lease: Some(ms(3_000)),
+            ..Deployment::default()
+        };
+        assert_eq!(set.restart_window(&config), Some(ms(3_000 + 30 + 2)));
     }
 
     #[test]

@@ -169,7 +169,8 @@ impl Nodes {
     }
 
     /// The longest lease any client of these nodes takes, for
-    /// [`restart_abstention`](Self::restart_abstention); by default the lock's TTL. Set it
+    /// [`restart_abstention`](Self::restart_abstention); by default the lock's TTL plus its
+    /// [`lock_delay`](crate::LockConfig::lock_delay) (the keys' expiry). Set it
     /// when other clients (other services, [`with_config`](crate::DistributedLock::with_config),
     /// `create_with_ttl`, the CLI's `--ttl`) take longer leases on the same nodes.
     pub fn longest_lease(self, lease: Duration) -> Self {

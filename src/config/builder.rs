@@ -122,6 +122,15 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets the lock-delay: how long past its validity a lease that ended without a release
+    /// keeps its resource closed (whole milliseconds, the TTL plus it at most
+    /// [`LockConfig::MAX_TTL`]; zero, the default, turns it off); see
+    /// [`LockConfig::lock_delay`].
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.config.lock_delay = delay;
+        self
+    }
+
     /// Validates the settings and returns the configuration.
     pub fn build(self) -> Result<LockConfig, ConfigError> {
         self.config.validate()?;

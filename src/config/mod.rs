@@ -4,6 +4,7 @@
 
 mod builder;
 mod cohort;
+mod delay;
 mod rules;
 mod units;
 mod wait;
@@ -42,6 +43,7 @@ pub(crate) use self::units::{micros, millis};
 /// | [`fencing`](Self::fencing) | `false` | every acquisition mints a fencing token (two more rounds) |
 /// | [`cohort_passes`](Self::cohort_passes) | 32 | a release may pass the lock to a waiting task of this process this many times in a row, without a round trip (off with fencing) |
 /// | [`cohort_window`](Self::cohort_window) | 10 ms | ... and for this long after the lock was won on the nodes; then it goes back to the nodes |
+/// | [`lock_delay`](Self::lock_delay) | 0 (off) | a lease that ended without a release keeps its resource closed this much longer past its validity; the keys are written with `PX` = TTL + this |
 /// | [`acquire_timeout`](Self::acquire_timeout) | none | a deadline for every blocking `acquire`; required when the retries could outlast [`max_blocking_acquire`](Self::max_blocking_acquire) (1 hour, or 5 TTLs if longer) |
 ///
 /// # Bounded waits
@@ -116,6 +118,7 @@ pub struct LockConfig {
     acquire_timeout: Option<Duration>,
     cohort_passes: u32,
     cohort_window: Duration,
+    lock_delay: Duration,
 }
 
 impl LockConfig {
@@ -172,7 +175,9 @@ impl LockConfig {
         self.to_builder().ttl(ttl).build()
     }
 
-    /// How long a lock lives on a node unless refreshed (Redis `PX`).
+    /// How long a lock lives on a node unless refreshed, and the holder's lease: its
+    /// validity is computed from it. The keys' expiry (Redis `PX`) is
+    /// [`key_ttl`](Self::key_ttl), this plus the [`lock_delay`](Self::lock_delay).
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
@@ -310,6 +315,7 @@ impl Default for LockConfig {
             acquire_timeout: None,
             cohort_passes: Self::DEFAULT_COHORT_PASSES,
             cohort_window: Self::DEFAULT_COHORT_WINDOW,
+            lock_delay: Duration::ZERO,
         }
     }
 }

@@ -64,6 +64,7 @@ impl LockConfig {
         }
         self.fencing_counters.validate()?;
         self.validate_cohort()?;
+        self.validate_lock_delay()?;
         self.validate_wait()
     }
 

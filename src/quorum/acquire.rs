@@ -100,12 +100,14 @@ impl Coordinator {
 
         Counters::bump(&self.counters.attempts);
         let started = Instant::now();
-        let ttl = self.config.ttl();
+        // The keys' expiry: the TTL plus the lock-delay. The validity is the TTL's
+        // (`confirm`), so an unclean end leaves the keys for the delay past it.
+        let key_ttl = self.config.key_ttl();
         let command = match (claim, asking) {
-            (Some(claim), _) => claim.command(ttl),
-            (None, Asking::Plain) => Command::Lock(ttl),
-            (None, Asking::Watching(interest)) => Command::LockWatching(ttl, *interest),
-            (None, Asking::Queued(place)) => Command::LockQueued(ttl, Arc::clone(place)),
+            (Some(claim), _) => claim.command(key_ttl),
+            (None, Asking::Plain) => Command::Lock(key_ttl),
+            (None, Asking::Watching(interest)) => Command::LockWatching(key_ttl, *interest),
+            (None, Asking::Queued(place)) => Command::LockQueued(key_ttl, Arc::clone(place)),
         };
         let mut in_flight = self.send(command, &keys, &token);
         let mut tally = self.empty_tally();
@@ -274,9 +276,9 @@ impl Coordinator {
                 .acquire_on_nodes(&resources, deadline, span, None)
                 .await;
         }
-        let (keys, ttl) = (&resources.keys, self.config.ttl());
-        let seat: Seat<Baton> = self.cohorts().seat(keys, ttl);
-        if self.cohorts().has_line(keys, ttl) || self.hand_off.contended_here(keys) {
+        let (keys, terms) = (&resources.keys, self.config.terms());
+        let seat: Seat<Baton> = self.cohorts().seat(keys, terms);
+        if self.cohorts().has_line(keys, terms) || self.hand_off.contended_here(keys) {
             seat.sit();
         }
         let on_nodes = self.acquire_on_nodes(&resources, deadline, span, Some(&seat));

@@ -50,14 +50,21 @@ impl<B> Default for Cohorts<B> {
     }
 }
 
-/// Which waiters a lock may pass to: those of the same keys whose locks have the same TTL.
+/// Which waiters a lock may pass to: those of the same keys whose locks have the same
+/// [`Terms`].
+pub(crate) type Line = (Keys, Terms);
+
+/// A lock's TTL and its keys' expiry (the TTL plus the lock-delay, see
+/// [`LockConfig::key_ttl`](crate::LockConfig::key_ttl)), both part of a [`Line`].
 ///
-/// The TTL is part of it because a passer's extension may still be on its way when it
+/// The keys' expiry is because a passer's extension may still be on its way when it
 /// passes (its watchdog is stopped, but a request already sent is delivered): landing
-/// after the receiver's own extension, it sets the keys' expiry to the passer's TTL from
-/// then. With equal TTLs that only lengthens the expiry the receiver counts on; with a
-/// shorter one it could end before the receiver's deadline.
-pub(crate) type Line = (Keys, Duration);
+/// after the receiver's own extension, it sets the keys' expiry to the passer's from
+/// then. With equal expiries that only lengthens the one the receiver counts on; with a
+/// shorter one it could end before the receiver's deadline (or its lock-delay). The TTL
+/// is because the receiver inherits the passer's deadline, and counts on the keys
+/// outliving it by its own lock-delay: the expiry less the TTL.
+pub(crate) type Terms = (Duration, Duration);
 
 /// One waiting acquisition's place in a line: where a baton reaches it.
 struct Place<B> {
@@ -70,23 +77,23 @@ struct Place<B> {
 }
 
 impl<B> Cohorts<B> {
-    /// A seat for a blocking acquisition of `keys` with a lock of `ttl`, not yet in their
+    /// A seat for a blocking acquisition of `keys` with a lock of `terms`, not yet in their
     /// line: it sits down with [`Seat::sit`], once the acquisition may have to wait, and
     /// leaves when dropped.
-    pub(crate) fn seat(self: &Arc<Self>, keys: &Keys, ttl: Duration) -> Seat<B> {
+    pub(crate) fn seat(self: &Arc<Self>, keys: &Keys, terms: Terms) -> Seat<B> {
         Seat {
             cohorts: Arc::clone(self),
-            line: (Arc::clone(keys), ttl),
+            line: (Arc::clone(keys), terms),
             contending: Arc::new(AtomicBool::new(false)),
             sitting: Mutex::new(Sitting::Standing { waker: None }),
         }
     }
 
-    /// Whether anybody of this process waits in the line of `keys` for a lock of `ttl`.
+    /// Whether anybody of this process waits in the line of `keys` for a lock of `terms`.
     /// Free while no line is open: the map is not hashed into when empty.
-    pub(crate) fn has_line(&self, keys: &Keys, ttl: Duration) -> bool {
+    pub(crate) fn has_line(&self, keys: &Keys, terms: Terms) -> bool {
         let lines = lock(&self.lines);
-        !lines.is_empty() && lines.contains_key(&(Arc::clone(keys), ttl))
+        !lines.is_empty() && lines.contains_key(&(Arc::clone(keys), terms))
     }
 
     /// Puts a place for `contending` in `line`: its id, and where its baton arrives.
@@ -266,7 +273,7 @@ mod tests {
     fn a_seat_joins_its_line_only_once_it_sits_down() {
         let cohorts = Arc::new(Cohorts::<()>::default());
         let keys: Keys = Arc::from(vec![Arc::<str>::from("quorumlock:k")]);
-        let ttl = Duration::from_secs(30);
+        let ttl = (Duration::from_secs(30), Duration::from_secs(30));
         let seat = cohorts.seat(&keys, ttl);
         assert!(
             !cohorts.has_line(&keys, ttl),
@@ -275,7 +282,10 @@ mod tests {
         seat.sit();
         seat.sit();
         assert!(cohorts.has_line(&keys, ttl));
-        assert!(!cohorts.has_line(&keys, Duration::from_secs(10)));
+        let secs = Duration::from_secs;
+        assert!(!cohorts.has_line(&keys, (secs(10), secs(10))));
+        // Another lock-delay (the same TTL, a longer expiry) is another line.
+        assert!(!cohorts.has_line(&keys, (secs(30), secs(35))));
         assert_eq!(lock(&cohorts.lines)[&(Arc::clone(&keys), ttl)].len(), 1);
         drop(seat);
         assert!(

@@ -134,8 +134,9 @@ impl Coordinator {
         let current_deadline = lease.deadline();
         let started = Instant::now();
         self.check_not_expired(resource, current_deadline, started)?;
-        let ttl = self.config.ttl();
-        let mut in_flight = self.send(Command::Extend(ttl), keys, token);
+        // The keys' expiry is the TTL plus the lock-delay; the new deadline below, the TTL's.
+        let key_ttl = self.config.key_ttl();
+        let mut in_flight = self.send(Command::Extend(key_ttl), keys, token);
         let mut tally = self.empty_tally();
         self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut [])
             .await;
@@ -162,7 +163,7 @@ impl Coordinator {
             _ => Err(LockError::ValidityExhausted {
                 resource: resource.to_owned(),
                 elapsed: finished.saturating_duration_since(started),
-                ttl,
+                ttl: self.config.ttl(),
             }),
         }
     }

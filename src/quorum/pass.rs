@@ -14,13 +14,14 @@ use crate::lease::Lease;
 use crate::metrics::Counters;
 
 impl Baton {
-    /// The line it may go to: its keys', among the waiters with its coordinator's TTL.
+    /// The line it may go to: its keys', among the waiters with its coordinator's TTL and
+    /// keys' expiry.
     fn line(&self) -> Line {
         let lease = self
             .lease
             .as_ref()
             .expect("a baton holds its lease until taken");
-        (Arc::clone(&lease.keys), self.coordinator.config().ttl())
+        (Arc::clone(&lease.keys), self.coordinator.config().terms())
     }
 
     /// The receiver's lease: the same keys and token, one pass further in the run, with

@@ -25,6 +25,7 @@ mod frozen_node;
 mod handoff;
 mod healing;
 mod identity;
+mod lock_delay;
 mod modes;
 mod multi;
 mod observability;

@@ -19,6 +19,7 @@ mod factory;
 mod fairness;
 mod fencing;
 mod handoff;
+mod lock_delay;
 mod modes;
 mod multi;
 mod redlock;

@@ -107,13 +107,13 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
     pub connect_timeout: Option<Duration>,
 
-    /// The longest lease any client of these nodes takes [default: --ttl for run, 30s for
-    /// status]
+    /// The longest lease any client of these nodes takes [default: --ttl plus --lock-delay
+    /// for run, 30s for status]
     ///
     /// A node that started less than this (plus its drift allowance) ago abstains, unless
     /// it runs with `appendonly yes` and `appendfsync always`: it may have restarted without
-    /// the locks it granted (docs/safety.md, "Restarts"). Set it to the longest --ttl of any
-    /// client of the nodes.
+    /// the locks it granted (docs/safety.md, "Restarts"). Set it to the longest --ttl (plus
+    /// --lock-delay) of any client of the nodes.
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
     pub longest_lease: Option<Duration>,
 

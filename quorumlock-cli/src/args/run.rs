@@ -56,6 +56,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub ttl: Duration,
 
+    /// If this process dies (or pauses) without releasing the lock, keep the lock closed
+    /// to everybody for this long past --ttl, so that a paused holder waking just after
+    /// its lease finds nobody else inside. A release (the command ended) frees it at once.
+    /// Off by default (docs/safety.md, "Lock-delay").
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lock_delay: Option<Duration>,
+
     /// Wait up to this long for the lock when it is held elsewhere (or the nodes are
     /// unreachable), retrying as soon as it is released; then exit 75 (69 if no quorum).
     /// A bare number is seconds, as with flock -w. Without it, one attempt is made.

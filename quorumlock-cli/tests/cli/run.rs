@@ -1157,3 +1157,63 @@ async fn help_points_at_the_built_in_manual() {
     assert!(text.starts_with("# The `quorumlock` command"), "{text}");
     assert!(text.contains("flock(1)"), "the flock table");
 }
+
+#[tokio::test]
+async fn lock_delay_writes_the_keys_past_the_ttl_and_bad_delays_are_configuration_errors() {
+    let cluster = cluster(3).await;
+    let mut holder = Background::start(quorumlock(&cluster).args([
+        "run",
+        "--json",
+        "-r",
+        "report",
+        "--ttl",
+        "2s",
+        "--lock-delay",
+        "3s",
+        "--",
+        "sleep",
+        "30",
+    ]));
+    let token = holder.token().await;
+    let status = output(quorumlock(&cluster).args(["status", "report", "--json"])).await;
+    let report: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(report["holder"], token.as_str());
+    for node in report["nodes"].as_array().unwrap() {
+        // Above the TTL: the key lives for the TTL and the delay.
+        let ttl = node["ttl_ms"].as_u64().unwrap();
+        assert!(ttl > 2000 && ttl <= 5000, "{node}");
+    }
+    // A release frees it at once, delay or not.
+    let released =
+        output(quorumlock(&cluster).args(["release", "report", "--token", &token])).await;
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    let status = output(quorumlock(&cluster).args(["status", "report", "--json"])).await;
+    let report: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(report["verdict"], "free");
+    let (code_of_holder, _) = holder.finish().await;
+    assert_eq!(code_of_holder, 70);
+
+    for (delay, says) in [
+        (
+            "1500us",
+            "--lock-delay 1.5ms is not a whole number of milliseconds",
+        ),
+        (
+            "30d",
+            "--ttl 30s plus --lock-delay 30days is longer than the maximum 30days",
+        ),
+    ] {
+        let run = output(quorumlock(&cluster).args([
+            "run",
+            "-r",
+            "job",
+            "--lock-delay",
+            delay,
+            "--",
+            "true",
+        ]))
+        .await;
+        assert_eq!(code(&run), 78, "{}", stderr(&run));
+        assert!(stderr(&run).contains(says), "{}", stderr(&run));
+    }
+}
