@@ -111,8 +111,8 @@ impl Deployment {
     }
 
     /// The longest lease (the lock's key lifetime, TTL plus lock-delay, unless set) plus
-    /// its drift allowance: how long
-    /// a node that may have lost or early-expired keys stays out.
+    /// its drift allowance: how long a node that may have lost or early-expired keys stays
+    /// out.
     fn lease_window(&self, config: &LockConfig) -> Duration {
         let lease = self.longest_lease.unwrap_or(config.key_ttl());
         lease.saturating_add(config.drift_allowance_for(lease))
