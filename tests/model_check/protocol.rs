@@ -1,6 +1,7 @@
 //! The lock protocol as a `stateright` model: N = 3 nodes and a few clients contending for
-//! one resource, with every interleaving of their requests, lost replies, node crashes and
-//! restarts. `docs/testing-properties.md` ("The model check") states the abstraction; in
+//! one resource, with every interleaving of their requests, lost replies, node crashes,
+//! restarts, clock steps, and the abstentions that the library's checks of them impose.
+//! `docs/testing-properties.md` ("The model check") states the abstraction; in
 //! short, time is a set of events: a validity ends (the holder's lease, or an attempt's, is
 //! over) and only then may the keys it protects expire.
 //!
@@ -29,6 +30,24 @@ pub enum Restarts {
     EmptyAfterTtl,
     /// A restart may lose the data at any moment: outside the assumptions.
     EmptyAnytime,
+    /// A restart may lose the data at any moment, and a node that lost it abstains (grants
+    /// nothing) for a lease after the restart: the library's restart abstention.
+    EmptyAbstaining,
+}
+
+/// What a node's clock may do, and what the clients check of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The clocks keep the assumption A1: no steps.
+    Steady,
+    /// A node's clock may step forward (once a run), and nothing checks it.
+    StepsUnchecked,
+    /// A step is detected at a later sample (a `Detect` step, at any moment after it),
+    /// from which the node abstains for a lease: the node grants in between.
+    StepsDetectedLater,
+    /// A step is detected by the first reply after it, which carries the server's time:
+    /// the node abstains for a lease from the step on.
+    StepsDetectedAtOnce,
 }
 
 /// The sizes and assumptions of one check.
@@ -42,6 +61,11 @@ pub struct Protocol {
     pub crashes: u8,
     /// What restarts may lose.
     pub restarts: Restarts,
+    /// What the clocks may do.
+    pub clock: Clock,
+    /// The mutation that the checker must catch: an abstention (after a restart or a
+    /// detected clock step) shorter than a lease, which may end at any moment.
+    pub short_abstention: bool,
     /// Whether grants mint fencing tokens.
     pub fencing: bool,
     /// Whether a refused client retries as a queued (fair) waiter.
@@ -113,6 +137,20 @@ pub struct Node {
     pub holders: Vec<(Key, Mode)>,
     /// Whether a waiter ever claimed a key reserved for it here (for reachability only).
     pub claimed: bool,
+    /// While the node abstains: the validities that ran when the abstention began, which
+    /// must all end before it does (it lasts a lease and each is shorter).
+    pub abstains: Option<Vec<Validity>>,
+    /// Its clock stepped and no sample has detected it yet.
+    pub stepped: bool,
+}
+
+/// One validity that ran when a node began to abstain: the client's attempt, and whether
+/// its extension had begun by then (an extension begun later is a validity of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Validity {
+    pub client: u8,
+    pub attempt: u8,
+    pub extended: bool,
 }
 
 /// The requests a round sends.
@@ -192,6 +230,7 @@ pub struct State {
     pub nodes: [Node; NODES],
     pub clients: Vec<Client>,
     pub crashes_left: u8,
+    pub steps_left: u8,
     /// The fencing token of the last grant, and whether some grant's token did not exceed
     /// the one before it.
     pub last_token: u8,
@@ -219,6 +258,12 @@ pub enum Action {
     EntryExpires(usize, usize),
     Crash(usize),
     Restart(usize, bool),
+    /// A node's clock steps forward by more than the drift allowance: its keys expire.
+    ClockStep(usize),
+    /// A sample detects a node's step.
+    Detect(usize),
+    /// A node's abstention ends.
+    AbstentionEnds(usize),
 }
 
 impl Client {
@@ -260,6 +305,35 @@ impl State {
         };
         let owner = &self.clients[usize::from(client)];
         owner.attempt == attempt && owner.valid && generation >= owner.generation
+    }
+
+    /// Whether `validity` still runs: the same attempt's, and not yet replaced by an
+    /// extension begun after it was recorded.
+    pub(crate) fn runs(&self, validity: Validity) -> bool {
+        let owner = &self.clients[usize::from(validity.client)];
+        owner.attempt == validity.attempt
+            && owner.valid
+            && (validity.extended || owner.generation == 0)
+    }
+
+    /// Node `n` begins to abstain: it waits out every validity running now (and those it
+    /// already waited for).
+    fn abstain(&mut self, n: usize) {
+        let mut waits: Vec<Validity> = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter(|(_, client)| client.valid)
+            .map(|(c, client)| Validity {
+                client: c as u8,
+                attempt: client.attempt,
+                extended: client.extended,
+            })
+            .collect();
+        waits.extend(self.nodes[n].abstains.take().unwrap_or_default());
+        waits.sort();
+        waits.dedup();
+        self.nodes[n].abstains = Some(waits);
     }
 }
 
@@ -308,6 +382,8 @@ impl Model for Protocol {
             counter: 0,
             claimed: false,
             holders: Vec::new(),
+            abstains: None,
+            stepped: false,
         };
         vec![State {
             nodes: std::array::from_fn(|_| node.clone()),
@@ -318,6 +394,7 @@ impl Model for Protocol {
                 })
                 .collect(),
             crashes_left: self.crashes,
+            steps_left: u8::from(self.clock != Clock::Steady),
             last_token: 0,
             tokens_decreased: false,
             grants: 0,
@@ -384,6 +461,17 @@ impl Model for Protocol {
                     actions.push(Action::Restart(n, false));
                 }
             }
+            if node.up && state.steps_left > 0 {
+                actions.push(Action::ClockStep(n));
+            }
+            if node.stepped {
+                actions.push(Action::Detect(n));
+            }
+            if let Some(waits) = &node.abstains {
+                if self.short_abstention || waits.is_empty() {
+                    actions.push(Action::AbstentionEnds(n));
+                }
+            }
         }
     }
 
@@ -403,7 +491,9 @@ impl Model for Protocol {
                 let client = &mut clients[usize::from(c)];
                 let (request, mut answers) = client.round?;
                 let node = &mut nodes[n];
-                answers[n] = if !node.up || fate == Fate::Dropped {
+                // An abstaining node's requests fail at once, unsent.
+                let out = !node.up || node.abstains.is_some();
+                answers[n] = if out || fate == Fate::Dropped {
                     Answer::Failed
                 } else {
                     let yes = apply(node, c, client, request);
@@ -421,7 +511,7 @@ impl Model for Protocol {
                 let client = &mut clients[usize::from(c)];
                 let node = &mut nodes[n];
                 let straggler = std::mem::replace(&mut client.stragglers[n], Straggler::None);
-                if node.up {
+                if node.up && node.abstains.is_none() {
                     match straggler {
                         Straggler::Lock => {
                             let took = lock(node, c, client);
@@ -464,7 +554,43 @@ impl Model for Protocol {
                     node.holders.clear();
                     node.queue.clear();
                     node.counter = 0;
+                    if self.restarts == Restarts::EmptyAbstaining {
+                        state.abstain(n);
+                    }
                 }
+            }
+            Action::ClockStep(n) => {
+                state.steps_left -= 1;
+                // Stepped past their expiry: a key (or entry) set later lasts its TTL
+                // again, as the clock runs on at its rate.
+                let node = &mut state.nodes[n];
+                node.key = None;
+                node.holders.clear();
+                match self.clock {
+                    Clock::StepsDetectedLater => node.stepped = true,
+                    Clock::StepsDetectedAtOnce => state.abstain(n),
+                    Clock::Steady | Clock::StepsUnchecked => {}
+                }
+            }
+            Action::Detect(n) => {
+                state.nodes[n].stepped = false;
+                state.abstain(n);
+            }
+            Action::AbstentionEnds(n) => state.nodes[n].abstains = None,
+        }
+        // An ended validity never runs again (attempts only count up): forgetting it keeps
+        // states that differ only in what ended as one.
+        let ended: Vec<Vec<Validity>> = state
+            .nodes
+            .iter()
+            .map(|node| {
+                let waits = node.abstains.iter().flatten();
+                waits.filter(|v| !state.runs(**v)).copied().collect()
+            })
+            .collect();
+        for (node, ended) in state.nodes.iter_mut().zip(ended) {
+            if let Some(waits) = &mut node.abstains {
+                waits.retain(|v| !ended.contains(v));
             }
         }
         Some(state.canonical())

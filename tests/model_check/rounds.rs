@@ -124,7 +124,7 @@ impl Protocol {
                 !node.key.is_some_and(|key| state.protected(key))
                     && !node.holders.iter().any(|(key, _)| state.protected(*key))
             }
-            Restarts::EmptyAnytime => true,
+            Restarts::EmptyAnytime | Restarts::EmptyAbstaining => true,
         }
     }
 }

@@ -145,7 +145,9 @@ async fn frozen_node_times_out_until_thawed() {
 
 #[tokio::test]
 async fn killed_node_refuses_and_restarts_empty_on_same_port() {
-    let mut cluster = RedisCluster::start(3).await.unwrap();
+    // Without persistence (the default keeps an append-only file, which a restart reloads).
+    let options = NodeOptions::default().with_persistence(Persistence::None);
+    let mut cluster = RedisCluster::start_with(3, options).await.unwrap();
     let node = cluster.node_mut(2);
     let port = node.port();
     let url = node.url();
