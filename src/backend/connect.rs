@@ -9,7 +9,8 @@ use tokio::time::Instant;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
-use super::identity::{Admission, Refusal, Rejection};
+use super::clock::{ClockRules, ClockWatch};
+use super::identity::{Abstention, AbstentionCause, Admission, Refusal, Rejection};
 use super::nodes::Nodes;
 use super::redis_node::{NodeSetup, NodeTimeouts, RedisNode};
 use crate::config::LockConfig;
@@ -108,7 +109,9 @@ pub enum MemberCheck {
 /// Connects to every member of `nodes` once, as a lock with `config` would (the same
 /// checks of who answers, the same rule of one vote per server: of two URLs of one
 /// server, whichever answers later is refused), waits for each (all at once, each within
-/// the connect timeout) and says how each stands: for operator
+/// the connect timeout), with clock checks on samples each admitted server's clock twice,
+/// half a second apart (a step, a stopped clock or one several times fast shows as an
+/// abstention), and says how each stands: for operator
 /// tools (`quorumlock status`) that read the nodes with clients of their own and must not
 /// count a member a lock would not. Fails only on the rules of the node set itself (see
 /// [`Redlock::connect`](crate::Redlock::connect)). The connections are dropped on return.
@@ -132,7 +135,15 @@ pub async fn check_members(
     config: &LockConfig,
 ) -> Result<Vec<MemberCheck>, LockError> {
     let made = open_all(nodes, config, &Arc::default())?;
-    let checks = futures::future::join_all(made.iter().map(RedisNode::check)).await;
+    let rules = nodes.deployment().clock_rules(config);
+    let checks = futures::future::join_all(made.iter().map(|node| async move {
+        node.check().await?;
+        match rules {
+            Some(rules) => check_clock(node, rules).await,
+            None => Ok(()),
+        }
+    }))
+    .await;
     Ok(checks
         .into_iter()
         .map(|check| match check {
@@ -146,8 +157,39 @@ pub async fn check_members(
         .collect())
 }
 
+/// How far apart the two clock samples of [`check_members`] are: long enough that a clock
+/// that stands still, or runs three times fast, moves outside the default drift
+/// allowance (302 ms for a 30 s lease) between them.
+const CLOCK_PROBE_GAP: Duration = Duration::from_millis(500);
+
+/// Two samples of `node`'s clock, [`CLOCK_PROBE_GAP`] apart, judged by `rules`: an operator
+/// tool has no history of the node, so only a gross fault shows (a step, a stopped clock, a
+/// clock several times fast); a node whose samples fail is left to its other checks.
+async fn check_clock(node: &RedisNode, rules: ClockRules) -> Result<(), Rejection> {
+    let watch = ClockWatch::new(rules);
+    let Some(first) = node.sample_clock().await else {
+        return Ok(());
+    };
+    watch.observe(first);
+    tokio::time::sleep(CLOCK_PROBE_GAP).await;
+    let Some(second) = node.sample_clock().await else {
+        return Ok(());
+    };
+    match watch.observe(second) {
+        Some(anomaly) => Err(Rejection::Abstaining(Abstention {
+            remaining: rules.abstain_for,
+            cause: AbstentionCause::Clock {
+                anomaly,
+                window: rules.abstain_for,
+            },
+        })),
+        None => Ok(()),
+    }
+}
+
 /// Once a quorum is admitted, the other checks still get as long again as that took, and
-/// at least this (a loaded host resolves `localhost` and connects in tens of milliseconds): two URLs of one server answer about as fast as each other, so a
+/// at least this (a loaded host resolves `localhost` and connects in tens of
+/// milliseconds): two URLs of one server answer about as fast as each other, so a
 /// duplicate is caught here rather than only counted as failed later, while a frozen node
 /// delays `connect` by no more than the quorum took.
 const ALIAS_GRACE: Duration = Duration::from_millis(100);

@@ -53,11 +53,12 @@ async fn a_release_reaches_nodes_that_lost_their_scripts() {
 async fn a_release_reaches_nodes_restarted_since_the_acquire() {
     let options = NodeOptions::default().with_persistence(Persistence::AppendFsyncAlways);
     let mut cluster = RedisCluster::start_with(5, options).await.unwrap();
-    // Every write is fsynced before the node answers: more than the 50 ms default per node
-    // on a loaded machine.
+    // Every write is fsynced before the node answers, and the release's unlock on a
+    // restarted node waits for its reconnect and server check (INFO, CONFIG GET): more than
+    // 250 ms on a loaded machine (seen under the full suite), so the tests' own timeout.
     let patient = config(TTL)
         .to_builder()
-        .node_timeout(Duration::from_millis(250))
+        .node_timeout(crate::common::NODE_TIMEOUT)
         .build()
         .unwrap();
     let lock = redlock(&cluster, patient).await;

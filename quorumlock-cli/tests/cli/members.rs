@@ -96,3 +96,22 @@ async fn a_replica_of_five_members_is_named_and_the_run_goes_on() {
         "{report}"
     );
 }
+
+/// `status` samples each clock twice: a node whose clock runs three times fast is shown as
+/// abstaining, not as a vote.
+#[tokio::test]
+async fn status_shows_a_node_whose_clock_runs_fast_as_abstaining() {
+    let options = quorumlock_testkit::NodeOptions::default().with_fake_clock("+0 x3");
+    let cluster = quorumlock_testkit::RedisCluster::start_with(1, options)
+        .await
+        .expect("redis-server under libfaketime (apt-get install faketime gcc)");
+    let status =
+        output(bare().args(["--nodes", &cluster.urls()[0], "--json", "status", "k"])).await;
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let node = &report["nodes"][0];
+    assert_eq!(node["state"], "failed", "{report}");
+    assert!(
+        node["error"].as_str().unwrap().contains("clock"),
+        "{report}"
+    );
+}

@@ -278,6 +278,19 @@ impl RedisNode {
         self.link.connect().await
     }
 
+    /// One reading of the server's clock (`TIME`), bracketed by the client's instants of
+    /// the request and the reply; `None` when the node did not answer in time.
+    pub(crate) async fn sample_clock(&self) -> Option<super::clock::Sample> {
+        let sent = tokio::time::Instant::now();
+        let reply: redis::Value = self.query(redis::cmd("TIME")).await.ok()?;
+        let received = tokio::time::Instant::now();
+        Some(super::clock::Sample {
+            sent,
+            received,
+            server: super::clock::server_time(&reply)?,
+        })
+    }
+
     /// Whether releases are announced over pub/sub and waited for (on by default). Off,
     /// waiters retry after their jittered delay only, as with other Redlock clients.
     pub fn announce_releases(mut self, announce: bool) -> Self {

@@ -85,7 +85,7 @@ impl RedisNode {
     /// Sends `command` and notes whether the node answered. Once sent, the command goes
     /// out even if this future is dropped (see [`Unawaited`](crate::backend::unawaited::Unawaited)), while the node's patience
     /// lasts.
-    async fn query<T, C>(&self, command: C) -> redis::RedisResult<T>
+    pub(super) async fn query<T, C>(&self, command: C) -> redis::RedisResult<T>
     where
         T: redis::FromRedisValue,
         C: Borrow<Cmd> + Send + 'static,
