@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::{chaos_config, eventually, held_on, proxied_with, redlock_via_on, LOAD_MARGIN};
-use quorumlock::{Nodes, Redlock};
+use quorumlock::{LockGuard, Nodes, Redlock};
 use quorumlock_testkit::{NodeOptions, ProxiedCluster};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -74,12 +74,10 @@ async fn stepping_nodes_and_two_locks(
     (cluster, first, second)
 }
 
-/// A lock held on exactly three nodes of five; node 2's clock steps an hour forward, and
-/// its copy of the key expires at once. Once the second client's sample shows the step,
-/// node 2 abstains, and the second client forms no quorum while the first lock is valid.
-#[tokio::test]
-async fn a_node_whose_clock_steps_forward_abstains_and_exclusion_holds() {
-    let (cluster, first, second) = stepping_nodes_and_two_locks(|nodes| nodes).await;
+/// `first` takes "stock:7" on nodes 0 to 2 alone (3 and 4 cut off meanwhile); then node
+/// 2's clock steps an hour forward, which expires its copy of the key, and 3 and 4 come
+/// back.
+async fn hold_on_three_and_step_one(cluster: &ProxiedCluster, first: &Redlock) -> LockGuard {
     for i in 3..5 {
         cluster.proxy(i).partition().await.unwrap();
     }
@@ -89,6 +87,16 @@ async fn a_node_whose_clock_steps_forward_abstains_and_exclusion_holds() {
     for i in 3..5 {
         cluster.proxy(i).heal().await.unwrap();
     }
+    held
+}
+
+/// A lock held on exactly three nodes of five; node 2's clock steps an hour forward, and
+/// its copy of the key expires at once. Once the second client's sample shows the step,
+/// node 2 abstains, and the second client forms no quorum while the first lock is valid.
+#[tokio::test]
+async fn a_node_whose_clock_steps_forward_abstains_and_exclusion_holds() {
+    let (cluster, first, second) = stepping_nodes_and_two_locks(|nodes| nodes).await;
+    let held = hold_on_three_and_step_one(&cluster, &first).await;
     eventually(
         "node 2 excluded for its clock",
         SEEN_WITHIN + LOAD_MARGIN,
@@ -116,15 +124,7 @@ async fn a_node_whose_clock_steps_forward_abstains_and_exclusion_holds() {
 async fn known_limit_without_clock_checks_a_clock_step_breaks_exclusion() {
     let (cluster, first, second) =
         stepping_nodes_and_two_locks(|nodes| nodes.clock_checks(false)).await;
-    for i in 3..5 {
-        cluster.proxy(i).partition().await.unwrap();
-    }
-    let held = first.try_acquire("stock:7").await.unwrap();
-    held_on(cluster.cluster(), 0..3, &held).await;
-    cluster.node(2).set_clock("+3600").unwrap();
-    for i in 3..5 {
-        cluster.proxy(i).heal().await.unwrap();
-    }
+    let held = hold_on_three_and_step_one(&cluster, &first).await;
     let mut overlapping = None;
     let until = Instant::now() + Duration::from_secs(2);
     while overlapping.is_none() && Instant::now() < until {
