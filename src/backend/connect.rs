@@ -110,7 +110,7 @@ pub enum MemberCheck {
 /// checks of who answers, the same rule of one vote per server: of two URLs of one
 /// server, whichever answers later is refused), waits for each (all at once, each within
 /// the connect timeout), with clock checks on samples each admitted server's clock twice,
-/// half a second apart (a step, a stopped clock or one several times fast shows as an
+/// 350 ms apart (a step, a stopped clock or one several times fast shows as an
 /// abstention), and says how each stands: for operator
 /// tools (`quorumlock status`) that read the nodes with clients of their own and must not
 /// count a member a lock would not. Fails only on the rules of the node set itself (see
@@ -160,7 +160,7 @@ pub async fn check_members(
 /// How far apart the two clock samples of [`check_members`] are: long enough that a clock
 /// that stands still, or runs three times fast, moves outside the default drift
 /// allowance (302 ms for a 30 s lease) between them.
-const CLOCK_PROBE_GAP: Duration = Duration::from_millis(500);
+const CLOCK_PROBE_GAP: Duration = Duration::from_millis(350);
 
 /// Two samples of `node`'s clock, [`CLOCK_PROBE_GAP`] apart, judged by `rules`: an operator
 /// tool has no history of the node, so only a gross fault shows (a step, a stopped clock, a
