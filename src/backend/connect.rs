@@ -9,8 +9,9 @@ use tokio::time::Instant;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
+use super::abstention::{Abstention, AbstentionCause};
 use super::clock::{ClockRules, ClockWatch};
-use super::identity::{Abstention, AbstentionCause, Admission, Refusal, Rejection};
+use super::identity::{Admission, Refusal, Rejection};
 use super::nodes::Nodes;
 use super::redis_node::{NodeSetup, NodeTimeouts, RedisNode};
 use crate::config::LockConfig;

@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use super::abstention::{restart_abstention, Abstention};
+
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
@@ -221,42 +223,10 @@ impl Admission {
         self
     }
 
-    /// Whether a server that reported `facts` must abstain, and for how much longer: it
-    /// started less than the restart window ago (a restart, or a first boot, which a
-    /// client cannot tell apart) and does not keep an append-only file fsynced on every
-    /// write, so it may have come back without the keys of leases it granted that are
-    /// still valid. The uptime is counted in whole seconds, so a second is added.
+    /// Whether a server that reported `facts` must abstain after a restart, and for how
+    /// much longer (see [`restart_abstention`]).
     pub(crate) fn abstention(&self, facts: &ServerFacts) -> Option<Abstention> {
-        let window = self.restart_window?;
-        let durable = facts.append_only == Some(true) && facts.fsync_always == Some(true);
-        if durable {
-            return None;
-        }
-        // A server that would not say its uptime (INFO denied) cannot be checked; the
-        // warning about INFO says so.
-        let uptime = facts.uptime?;
-        let remaining = window
-            .saturating_add(Duration::from_secs(1))
-            .checked_sub(uptime)
-            .filter(|remaining| !remaining.is_zero())?;
-        Some(Abstention {
-            remaining,
-            cause: AbstentionCause::Restart {
-                uptime,
-                window,
-                lacks: match (facts.append_only, facts.fsync_always) {
-                    (Some(true), None) => {
-                        "keeps an append-only file but would not say whether \
-                                       it is fsynced on every write (CONFIG GET appendfsync)"
-                    }
-                    (Some(true), _) => {
-                        "keeps an append-only file that is not fsynced on every \
-                                    write (appendfsync is not always)"
-                    }
-                    _ => "keeps no append-only file",
-                },
-            },
-        })
+        restart_abstention(self.restart_window?, facts)
     }
 
     /// Whether `node`, having reached a server that reported `facts`, may serve the lock;
@@ -318,64 +288,6 @@ impl Admission {
         }
         servers.insert(node.to_owned(), ids);
         Ok(())
-    }
-}
-
-/// Why a server that may serve the lock does not yet: it started too recently to be
-/// trusted with the keys of leases it granted before (see [`Admission::abstention`]), or
-/// its clock was seen to misbehave (see [`clock`](super::clock)).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Abstention {
-    /// How much longer it abstains.
-    pub(crate) remaining: Duration,
-    /// Why.
-    pub(crate) cause: AbstentionCause,
-}
-
-/// Why a server abstains.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum AbstentionCause {
-    /// It started `uptime` ago, less than `window` (the longest lease plus drift), and
-    /// `lacks` what would make its keys survive a restart.
-    Restart {
-        uptime: Duration,
-        window: Duration,
-        lacks: &'static str,
-    },
-    /// Its clock misbehaved; it abstains for `window` (the longest lease plus drift).
-    Clock {
-        anomaly: super::clock::ClockAnomaly,
-        window: Duration,
-    },
-}
-
-impl fmt::Display for Abstention {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let remaining = self.remaining.as_secs_f64();
-        match &self.cause {
-            AbstentionCause::Restart {
-                uptime,
-                window,
-                lacks,
-            } => write!(
-                f,
-                "abstains for another {remaining:.1} s: it started {} s ago and {lacks}, so it \
-                 may have restarted without the keys of leases it granted; it votes again \
-                 once it is older than the longest lease plus drift ({:.1} s; \
-                 Nodes::longest_lease sets the lease, appendfsync always or \
-                 Nodes::restart_abstention(false) lifts it; docs/safety.md, \"Restarts\")",
-                uptime.as_secs(),
-                window.as_secs_f64(),
-            ),
-            AbstentionCause::Clock { anomaly, window } => write!(
-                f,
-                "abstains for another {remaining:.1} s: {anomaly}, so it may have expired \
-                 keys early; it votes again a longest lease plus drift ({:.1} s) after that \
-                 was seen (Nodes::clock_checks(false) turns the check off; docs/safety.md, \
-                 \"Clocks\")",
-                window.as_secs_f64(),
-            ),
-        }
     }
 }
 

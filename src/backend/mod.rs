@@ -26,6 +26,7 @@
 //! - `releases`, `sharded`: the pub/sub listeners of a server and of a cluster member;
 //! - `unawaited`: the keeper task of the requests a decided round no longer awaits.
 
+mod abstention;
 mod address;
 mod clock;
 mod cluster;
