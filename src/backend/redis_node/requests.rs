@@ -34,8 +34,8 @@ impl LockNode for RedisNode {
             .applies_in_order(self.link.applies_in_order())
     }
 
-    /// A server refused when its connection was made (see
-    /// [`identity`](crate::backend::identity)).
+    /// A server refused when its connection was made (a replica, say), or one that
+    /// abstains after a restart or a clock anomaly.
     fn excluded(&self) -> Option<String> {
         self.link.refusal()
     }
