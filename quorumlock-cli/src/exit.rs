@@ -38,7 +38,8 @@ Exit codes:
   64       usage error: unknown option, malformed duration, node URL or token,
            missing argument, a QUORUMLOCK_* value that does not parse (the lock is
            not taken)
-  69       no quorum: too few nodes answered (down, unreachable or too slow)
+  69       no quorum: too few nodes answered (down, unreachable or too slow, or
+           abstaining after a restart or a clock fault)
   70       run: the lock was lost while the command ran; the command was signalled
   71       operating-system error (signal handler or thread could not be set up)
   75       the lock is held elsewhere (after waiting, with --wait); -E CODE changes it
