@@ -5,8 +5,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::identity::ServerFacts;
-
 /// Why a server that may serve the lock does not yet: it started too recently to be
 /// trusted with the keys of leases it granted before (see [`restart_abstention`]), or
 /// its clock was seen to misbehave (see [`clock`](super::clock)).
@@ -16,6 +14,15 @@ pub(crate) struct Abstention {
     pub(crate) remaining: Duration,
     /// Why.
     pub(crate) cause: AbstentionCause,
+}
+
+/// What a server said of its keys' durability: how long ago it started, whether it keeps
+/// an append-only file, whether that is fsynced on every write (`None`: it would not say).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Durability {
+    pub(crate) uptime: Option<Duration>,
+    pub(crate) append_only: Option<bool>,
+    pub(crate) fsync_always: Option<bool>,
 }
 
 /// Why a server abstains.
@@ -70,7 +77,7 @@ impl fmt::Display for Abstention {
 /// client cannot tell apart) and does not keep an append-only file fsynced on every
 /// write, so it may have come back without the keys of leases it granted that are
 /// still valid. The uptime is counted in whole seconds, so a second is added.
-pub(crate) fn restart_abstention(window: Duration, facts: &ServerFacts) -> Option<Abstention> {
+pub(crate) fn restart_abstention(window: Duration, facts: &Durability) -> Option<Abstention> {
     let durable = facts.append_only == Some(true) && facts.fsync_always == Some(true);
     if durable {
         return None;
@@ -108,12 +115,11 @@ mod tests {
 
     const WINDOW: Duration = Duration::from_secs(30);
 
-    fn facts(uptime: u64, append_only: Option<bool>, fsync_always: Option<bool>) -> ServerFacts {
-        ServerFacts {
+    fn facts(uptime: u64, append_only: Option<bool>, fsync_always: Option<bool>) -> Durability {
+        Durability {
             uptime: Some(Duration::from_secs(uptime)),
             append_only,
             fsync_always,
-            ..ServerFacts::default()
         }
     }
 
@@ -145,7 +151,7 @@ mod tests {
             None
         );
         // Uptime unknown (INFO denied): not checked.
-        let denied = ServerFacts::default();
+        let denied = Durability::default();
         assert_eq!(restart_abstention(WINDOW, &denied), None);
     }
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use super::abstention::{restart_abstention, Abstention};
+use super::abstention::{restart_abstention, Abstention, Durability};
 
 use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
@@ -226,7 +226,12 @@ impl Admission {
     /// Whether a server that reported `facts` must abstain after a restart, and for how
     /// much longer (see [`restart_abstention`]).
     pub(crate) fn abstention(&self, facts: &ServerFacts) -> Option<Abstention> {
-        restart_abstention(self.restart_window?, facts)
+        let durability = Durability {
+            uptime: facts.uptime,
+            append_only: facts.append_only,
+            fsync_always: facts.fsync_always,
+        };
+        restart_abstention(self.restart_window?, &durability)
     }
 
     /// Whether `node`, having reached a server that reported `facts`, may serve the lock;
