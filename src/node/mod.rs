@@ -134,6 +134,36 @@ impl<'n> dyn LockNode + 'n {
         self.expect(NodeRequest::Extend { keys, token, ttl }, done)
     }
 
+    /// [`NodeRequest::ExtendListed`], or a plain [`NodeRequest::Extend`] on a node that
+    /// does not support it: whether the TTLs were set.
+    pub fn extend_listed<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        name: &'a str,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
+        let request = NodeRequest::ExtendListed {
+            keys,
+            token,
+            ttl,
+            name,
+        };
+        self.or_plain_extend(request, (keys, token, ttl))
+    }
+
+    /// [`NodeRequest::ExtendLeader`], or a plain [`NodeRequest::Extend`] on a node that
+    /// does not support it: whether the TTLs were set.
+    pub fn extend_leader<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
+        let request = NodeRequest::ExtendLeader { keys, token, ttl };
+        self.or_plain_extend(request, (keys, token, ttl))
+    }
+
     /// [`NodeRequest::Holds`]: whether every key holds `token`.
     pub fn holds<'a>(
         &'a self,
@@ -347,16 +377,39 @@ impl<'n> dyn LockNode + 'n {
     }
 
     /// Sends the lock attempt `request` for `keys`; when unsupported, a plain
-    /// [`NodeRequest::Lock`] instead. Not boxed again: the node's own future is the one
-    /// allocation of the request.
+    /// [`NodeRequest::Lock`] instead.
     fn or_plain_lock<'a>(
         &'a self,
         request: NodeRequest<'a>,
         (keys, token, ttl): (&'a [Arc<str>], &'a LockToken, Duration),
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
+        self.or_plain(request, move || self.try_lock(keys, token, ttl))
+    }
+
+    /// Sends the extension `request` of `keys`; when unsupported, a plain
+    /// [`NodeRequest::Extend`] instead.
+    fn or_plain_extend<'a>(
+        &'a self,
+        request: NodeRequest<'a>,
+        (keys, token, ttl): (&'a [Arc<str>], &'a LockToken, Duration),
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
+        self.or_plain(request, move || self.extend(keys, token, ttl))
+    }
+
+    /// Sends `request`; when unsupported, what `plain` sends instead. Not boxed again:
+    /// the node's own future is the one allocation of the request.
+    fn or_plain<'a, P, F>(
+        &'a self,
+        request: NodeRequest<'a>,
+        plain: P,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a
+    where
+        P: FnOnce() -> F + Send + 'a,
+        F: Future<Output = Result<bool, NodeError>> + Send + 'a,
+    {
         async move {
             match self.call(request).await? {
-                NodeReply::Unsupported => self.try_lock(keys, token, ttl).await,
+                NodeReply::Unsupported => plain().await,
                 reply => done(reply).map_err(|other| unexpected(request.what(), &other)),
             }
         }

@@ -192,8 +192,9 @@ pub enum NodeRequest<'a> {
         permits: u32,
     },
     /// Records `record` as the leader's, only while the lock key `keys` holds `token`:
-    /// [`Done`](NodeReply::Done) says whether it did. Kept beside the lock key, without
-    /// a TTL: a record whose token no longer holds the lock is stale and never read.
+    /// [`Done`](NodeReply::Done) says whether it did. Kept beside the lock key, with the
+    /// key's remaining TTL (which [`ExtendLeader`](Self::ExtendLeader) keeps equal): a
+    /// record whose token no longer holds the lock is stale and never read.
     Proclaim {
         /// The election's lock key (one key).
         keys: &'a [Arc<str>],
@@ -208,6 +209,38 @@ pub enum NodeRequest<'a> {
     ReadProclamation {
         /// The election's lock key (one key).
         keys: &'a [Arc<str>],
+    },
+    /// As [`Extend`](Self::Extend), for the entries of shared holders listed beside the
+    /// lock key `name` (a reader's entry, a permit's slot: see
+    /// [`LockShared`](Self::LockShared), [`LockPermit`](Self::LockPermit)): also raises
+    /// the expiry of the name's holder list to at least `ttl`, never lowering it, so that
+    /// the list outlives every live entry it names.
+    ///
+    /// Unsupported, a plain [`Extend`](Self::Extend): a node that does not know this
+    /// request keeps its holder lists as it always did.
+    ExtendListed {
+        /// The entries (the lease's keys).
+        keys: &'a [Arc<str>],
+        /// The token they must hold.
+        token: &'a LockToken,
+        /// Their new TTL, and the least the list keeps.
+        ttl: Duration,
+        /// The lock key whose holder list names them.
+        name: &'a str,
+    },
+    /// As [`Extend`](Self::Extend), for an election's lock key `keys`: also gives the
+    /// leader record written under `token` ([`Proclaim`](Self::Proclaim)) the same TTL,
+    /// so that observers see it for as long as the key holds the token.
+    ///
+    /// Unsupported, a plain [`Extend`](Self::Extend), as for
+    /// [`ExtendListed`](Self::ExtendListed).
+    ExtendLeader {
+        /// The election's lock key (one key).
+        keys: &'a [Arc<str>],
+        /// The leader's lock token.
+        token: &'a LockToken,
+        /// The new TTL of the key and its record.
+        ttl: Duration,
     },
 }
 
@@ -231,6 +264,8 @@ impl NodeRequest<'_> {
             NodeRequest::LockPermit { .. } => "lock permit",
             NodeRequest::Proclaim { .. } => "proclaim",
             NodeRequest::ReadProclamation { .. } => "read proclamation",
+            NodeRequest::ExtendListed { .. } => "extend listed",
+            NodeRequest::ExtendLeader { .. } => "extend leader",
         }
     }
 }

@@ -135,7 +135,13 @@ impl Coordinator {
         let started = Instant::now();
         self.check_not_expired(resource, current_deadline, started)?;
         let ttl = self.config.ttl();
-        let mut in_flight = self.send(Command::Extend(ttl), keys, token);
+        // The family's keys that name the lease's keys live at least as long as they do.
+        let command = match (&lease.listed_beside, lease.was_proclaimed()) {
+            (Some(name), _) => Command::ExtendListed(ttl, Arc::clone(name)),
+            (None, true) => Command::ExtendLeader(ttl),
+            (None, false) => Command::Extend(ttl),
+        };
+        let mut in_flight = self.send(command, keys, token);
         let mut tally = self.empty_tally();
         self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut [])
             .await;
