@@ -136,9 +136,10 @@ pub enum NodeRequest<'a> {
     /// with a TTL and lists it among the readers of `writer`, only if `writer` (the write
     /// side's key) is free and no writer waits for it (see
     /// [`LockExclusive`](Self::LockExclusive)). Answers [`Done(true)`](NodeReply::Done)
-    /// when the entry was taken. The entry is then a lock key like any other: released,
-    /// extended and checked by [`Unlock`](Self::Unlock), [`Extend`](Self::Extend) and
-    /// [`Holds`](Self::Holds).
+    /// when the entry was taken. The entry is then a lock key like any other: released
+    /// and checked by [`Unlock`](Self::Unlock) and [`Holds`](Self::Holds), and extended
+    /// by [`ExtendListed`](Self::ExtendListed), which keeps the list alive with it. The
+    /// node keeps the list's expiry at least the entry's.
     ///
     /// Unsupported, the read-write lock cannot run on the node: the acquisition counts it
     /// as failed ([`NodeError::Unsupported`](crate::NodeError::Unsupported)), never as a
@@ -175,8 +176,9 @@ pub enum NodeRequest<'a> {
     /// is free and every live listed holder is a permit of the same `permits`. Answers
     /// [`Done(true)`](NodeReply::Done) when the slot was taken, and
     /// [`HeldAs`](NodeReply::HeldAs) when a reader or a permit of another K holds the
-    /// name. The slot is then a lock key like any other: released, extended and checked by
-    /// [`Unlock`](Self::Unlock), [`Extend`](Self::Extend) and [`Holds`](Self::Holds).
+    /// name. The slot is then a lock key like any other: released and checked by
+    /// [`Unlock`](Self::Unlock) and [`Holds`](Self::Holds), and extended, with the list
+    /// that names it, by [`ExtendListed`](Self::ExtendListed).
     ///
     /// Unsupported: as for [`LockShared`](Self::LockShared), a failure, never a grant.
     LockPermit {
