@@ -58,6 +58,12 @@ pub(crate) struct Lease {
     /// Set when the lease was passed on: its holder holds nothing any more, while the keys
     /// stay on the nodes for the next.
     passed: AtomicBool,
+    /// For the entries of shared holders (readers, permits): the lock key whose holder
+    /// list names them, which every extension keeps alive at least as long.
+    pub(crate) listed_beside: Option<Arc<str>>,
+    /// Set once a leader record was written (or is being written) under the lease's
+    /// token beside its key: every extension then keeps the record as long as the key.
+    proclaimed: AtomicBool,
 }
 
 /// A run of holders of one lock in one process: the lock won on the nodes once, then
@@ -199,6 +205,8 @@ impl Lease {
                 passes: 0,
             },
             passed: AtomicBool::new(false),
+            listed_beside: None,
+            proclaimed: AtomicBool::new(false),
         }
     }
 
@@ -274,6 +282,8 @@ impl Lease {
                 passes: self.run.passes.saturating_add(1),
             },
             passed: AtomicBool::new(false),
+            listed_beside: self.listed_beside.clone(),
+            proclaimed: AtomicBool::new(self.was_proclaimed()),
         }
     }
 
@@ -281,6 +291,22 @@ impl Lease {
     pub(crate) fn with_fencing_token(mut self, fencing_token: Option<u64>) -> Self {
         self.fencing_token = fencing_token;
         self
+    }
+
+    /// Names the lock key whose holder list lists this lease's keys, if any.
+    pub(crate) fn listed_beside(mut self, name: Option<Arc<str>>) -> Self {
+        self.listed_beside = name;
+        self
+    }
+
+    /// Records that a leader record is written under this lease's token.
+    pub(crate) fn mark_proclaimed(&self) {
+        self.proclaimed.store(true, Ordering::Release);
+    }
+
+    /// Whether a leader record was written under this lease's token.
+    pub(crate) fn was_proclaimed(&self) -> bool {
+        self.proclaimed.load(Ordering::Acquire)
     }
 
     pub(crate) fn state(&self) -> LeaseState {

@@ -19,6 +19,7 @@
 //! creates a lock key, and a lock over several keys is taken or extended on one node for
 //! all of them or for none.
 
+mod hints;
 mod request;
 mod watch;
 
@@ -33,6 +34,7 @@ use futures::FutureExt;
 use crate::error::NodeError;
 use crate::token::LockToken;
 
+pub use self::hints::NodeHints;
 pub use self::request::{NodeReply, NodeRequest, QueuePlace};
 pub(crate) use self::watch::WatchedChannels;
 pub use self::watch::{Announcement, ReleaseWatch};
@@ -132,6 +134,36 @@ impl<'n> dyn LockNode + 'n {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + Unpin + 'a {
         self.expect(NodeRequest::Extend { keys, token, ttl }, done)
+    }
+
+    /// [`NodeRequest::ExtendListed`], or a plain [`NodeRequest::Extend`] on a node that
+    /// does not support it: whether the TTLs were set.
+    pub fn extend_listed<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+        name: &'a str,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
+        let request = NodeRequest::ExtendListed {
+            keys,
+            token,
+            ttl,
+            name,
+        };
+        self.or_plain_extend(request, (keys, token, ttl))
+    }
+
+    /// [`NodeRequest::ExtendLeader`], or a plain [`NodeRequest::Extend`] on a node that
+    /// does not support it: whether the TTLs were set.
+    pub fn extend_leader<'a>(
+        &'a self,
+        keys: &'a [Arc<str>],
+        token: &'a LockToken,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
+        let request = NodeRequest::ExtendLeader { keys, token, ttl };
+        self.or_plain_extend(request, (keys, token, ttl))
     }
 
     /// [`NodeRequest::Holds`]: whether every key holds `token`.
@@ -347,16 +379,39 @@ impl<'n> dyn LockNode + 'n {
     }
 
     /// Sends the lock attempt `request` for `keys`; when unsupported, a plain
-    /// [`NodeRequest::Lock`] instead. Not boxed again: the node's own future is the one
-    /// allocation of the request.
+    /// [`NodeRequest::Lock`] instead.
     fn or_plain_lock<'a>(
         &'a self,
         request: NodeRequest<'a>,
         (keys, token, ttl): (&'a [Arc<str>], &'a LockToken, Duration),
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
+        self.or_plain(request, move || self.try_lock(keys, token, ttl))
+    }
+
+    /// Sends the extension `request` of `keys`; when unsupported, a plain
+    /// [`NodeRequest::Extend`] instead.
+    fn or_plain_extend<'a>(
+        &'a self,
+        request: NodeRequest<'a>,
+        (keys, token, ttl): (&'a [Arc<str>], &'a LockToken, Duration),
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
+        self.or_plain(request, move || self.extend(keys, token, ttl))
+    }
+
+    /// Sends `request`; when unsupported, what `plain` sends instead. Not boxed again:
+    /// the node's own future is the one allocation of the request.
+    fn or_plain<'a, P, F>(
+        &'a self,
+        request: NodeRequest<'a>,
+        plain: P,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a
+    where
+        P: FnOnce() -> F + Send + 'a,
+        F: Future<Output = Result<bool, NodeError>> + Send + 'a,
+    {
         async move {
             match self.call(request).await? {
-                NodeReply::Unsupported => self.try_lock(keys, token, ttl).await,
+                NodeReply::Unsupported => plain().await,
                 reply => done(reply).map_err(|other| unexpected(request.what(), &other)),
             }
         }
@@ -370,57 +425,6 @@ impl<'n> dyn LockNode + 'n {
                 _ => None,
             })
             .boxed()
-    }
-}
-
-/// Hints about how a node handles requests, which let the coordinator save work. Nothing
-/// depends on them for correctness: [`NodeHints::new`] claims nothing, and is always right.
-///
-/// ```
-/// # use quorumlock::node::NodeHints;
-/// let hints = NodeHints::new().sends_when_polled(true);
-/// assert!(hints.sends_when_polled);
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct NodeHints {
-    /// Whether a request to this node goes out when its future is first polled, and then
-    /// takes effect on the node whether or not anybody awaits its answer: true for a
-    /// connected Redis node, whose request is one command queued on the open connection.
-    ///
-    /// The coordinator then leaves the requests whose answers it no longer needs (the
-    /// last nodes of a decided lock or unlock round) unawaited, instead of driving them to
-    /// the end in a background task.
-    pub sends_when_polled: bool,
-    /// Whether the node applies this client's requests in the order they were sent: true
-    /// for a Redis server over one connection; false for a Redis Cluster, whose client
-    /// routes each request on its own.
-    ///
-    /// Where it is false, a release hears every node out, and waits until the late lock
-    /// requests of its acquisition were undone, before it returns: else an unlock still in
-    /// flight could land after the holder's next lock request, and refuse it.
-    pub applies_in_order: bool,
-}
-
-impl NodeHints {
-    /// Hints that claim nothing.
-    pub const fn new() -> Self {
-        NodeHints {
-            sends_when_polled: false,
-            applies_in_order: false,
-        }
-    }
-
-    /// These hints, with [`applies_in_order`](Self::applies_in_order) set to `in_order`.
-    pub const fn applies_in_order(mut self, in_order: bool) -> Self {
-        self.applies_in_order = in_order;
-        self
-    }
-
-    /// These hints, with [`sends_when_polled`](Self::sends_when_polled) set to `sends`.
-    pub const fn sends_when_polled(mut self, sends: bool) -> Self {
-        self.sends_when_polled = sends;
-        self
     }
 }
 

@@ -136,9 +136,10 @@ pub enum NodeRequest<'a> {
     /// with a TTL and lists it among the readers of `writer`, only if `writer` (the write
     /// side's key) is free and no writer waits for it (see
     /// [`LockExclusive`](Self::LockExclusive)). Answers [`Done(true)`](NodeReply::Done)
-    /// when the entry was taken. The entry is then a lock key like any other: released,
-    /// extended and checked by [`Unlock`](Self::Unlock), [`Extend`](Self::Extend) and
-    /// [`Holds`](Self::Holds).
+    /// when the entry was taken. The entry is then a lock key like any other: released
+    /// and checked by [`Unlock`](Self::Unlock) and [`Holds`](Self::Holds), and extended
+    /// by [`ExtendListed`](Self::ExtendListed), which keeps the list alive with it. The
+    /// node keeps the list's expiry at least the entry's.
     ///
     /// Unsupported, the read-write lock cannot run on the node: the acquisition counts it
     /// as failed ([`NodeError::Unsupported`](crate::NodeError::Unsupported)), never as a
@@ -175,8 +176,9 @@ pub enum NodeRequest<'a> {
     /// is free and every live listed holder is a permit of the same `permits`. Answers
     /// [`Done(true)`](NodeReply::Done) when the slot was taken, and
     /// [`HeldAs`](NodeReply::HeldAs) when a reader or a permit of another K holds the
-    /// name. The slot is then a lock key like any other: released, extended and checked by
-    /// [`Unlock`](Self::Unlock), [`Extend`](Self::Extend) and [`Holds`](Self::Holds).
+    /// name. The slot is then a lock key like any other: released and checked by
+    /// [`Unlock`](Self::Unlock) and [`Holds`](Self::Holds), and extended, with the list
+    /// that names it, by [`ExtendListed`](Self::ExtendListed).
     ///
     /// Unsupported: as for [`LockShared`](Self::LockShared), a failure, never a grant.
     LockPermit {
@@ -192,8 +194,9 @@ pub enum NodeRequest<'a> {
         permits: u32,
     },
     /// Records `record` as the leader's, only while the lock key `keys` holds `token`:
-    /// [`Done`](NodeReply::Done) says whether it did. Kept beside the lock key, without
-    /// a TTL: a record whose token no longer holds the lock is stale and never read.
+    /// [`Done`](NodeReply::Done) says whether it did. Kept beside the lock key, with the
+    /// key's remaining TTL (which [`ExtendLeader`](Self::ExtendLeader) keeps equal): a
+    /// record whose token no longer holds the lock is stale and never read.
     Proclaim {
         /// The election's lock key (one key).
         keys: &'a [Arc<str>],
@@ -208,6 +211,38 @@ pub enum NodeRequest<'a> {
     ReadProclamation {
         /// The election's lock key (one key).
         keys: &'a [Arc<str>],
+    },
+    /// As [`Extend`](Self::Extend), for the entries of shared holders listed beside the
+    /// lock key `name` (a reader's entry, a permit's slot: see
+    /// [`LockShared`](Self::LockShared), [`LockPermit`](Self::LockPermit)): also raises
+    /// the expiry of the name's holder list to at least `ttl`, never lowering it, so that
+    /// the list outlives every live entry it names.
+    ///
+    /// Unsupported, a plain [`Extend`](Self::Extend): a node that does not know this
+    /// request keeps its holder lists as it always did.
+    ExtendListed {
+        /// The entries (the lease's keys).
+        keys: &'a [Arc<str>],
+        /// The token they must hold.
+        token: &'a LockToken,
+        /// Their new TTL, and the least the list keeps.
+        ttl: Duration,
+        /// The lock key whose holder list names them.
+        name: &'a str,
+    },
+    /// As [`Extend`](Self::Extend), for an election's lock key `keys`: also gives the
+    /// leader record written under `token` ([`Proclaim`](Self::Proclaim)) the same TTL,
+    /// so that observers see it for as long as the key holds the token.
+    ///
+    /// Unsupported, a plain [`Extend`](Self::Extend), as for
+    /// [`ExtendListed`](Self::ExtendListed).
+    ExtendLeader {
+        /// The election's lock key (one key).
+        keys: &'a [Arc<str>],
+        /// The leader's lock token.
+        token: &'a LockToken,
+        /// The new TTL of the key and its record.
+        ttl: Duration,
     },
 }
 
@@ -231,6 +266,8 @@ impl NodeRequest<'_> {
             NodeRequest::LockPermit { .. } => "lock permit",
             NodeRequest::Proclaim { .. } => "proclaim",
             NodeRequest::ReadProclamation { .. } => "read proclamation",
+            NodeRequest::ExtendListed { .. } => "extend listed",
+            NodeRequest::ExtendLeader { .. } => "extend leader",
         }
     }
 }

@@ -17,19 +17,23 @@
 //! | `quorumlock:fence:<key>` | string | the [fencing](crate::fencing) counter of `<key>`; never expires |
 //! | `quorumlock:fence-bucket:<bucket>` | string | with [shared fencing counters](crate::fencing::FencingCounters::Shared), the counter of every key whose [`counter_bucket`] is `<bucket>`; never expires |
 //! | `quorumlock:reader:<key>:<id>` | string | one reader's entry of a read-write lock whose write side is `<key>`: its token, with its own TTL; released, extended and checked as a mutex key |
-//! | `quorumlock:readers:<key>` | sorted set | the names of the shared holders of `<key>`: reader entries (score 0) and the permit slots of the semaphore of the name (score K, its permits); an entry that no longer exists is a holder gone, and is dropped when next seen. Every exclusive acquisition of `<key>` refuses while a listed entry exists |
+//! | `quorumlock:readers:<key>` | sorted set | the names of the shared holders of `<key>`: reader entries (score 0) and the permit slots of the semaphore of the name (score K, its permits); an entry that no longer exists is a holder gone, and is dropped when next seen. Every exclusive acquisition of `<key>` refuses while a listed entry exists. Expires no sooner than any live entry it names: at most a TTL after its last holder's last acquisition or extension |
 //! | `quorumlock:writer-waiting:<key>` | string | present while a blocked writer waits: new readers are refused (writer preference) |
-//! | `quorumlock:leader:<key>` | string | an election's leader record: `<lock token> <record>`; current only while `<key>` holds that token |
+//! | `quorumlock:leader:<key>` | string | an election's leader record: `<lock token> <record>`; current only while `<key>` holds that token, and expires with it (the key's TTL, at every extension of the term) |
 //!
 //! Both queue keys expire with their longest-lived place, and the watch marker with its
-//! last waiter's interest, so an idle lock leaves nothing behind. The reader list has no
-//! TTL: a reader extends its own entry, and the list must name it for as long as the entry
-//! lives, however often it was extended. It holds only names of entries, pruned by every
-//! acquisition, so an idle lock keeps at most the names of the readers since the last one.
-//! The leader record has no TTL either (one per election, like a fencing counter): it is
-//! read only together with the lock key it names. The read-write lock's scripts touch the
-//! reader entries the list names, which are not among their KEYS: on a Redis Cluster,
-//! those names share the hash slot of `<key>` only when `<key>` has a hash tag.
+//! last waiter's interest, so an idle lock leaves nothing behind but its fencing counter.
+//! The reader list must name an entry for as long as the entry lives, however often it
+//! was extended: every script that lists an entry, and the extension of a listed entry
+//! ([`NodeScript::ExtendListed`](super::NodeScript::ExtendListed), which takes the list as
+//! a key), raises the list's expiry to at least the entry's, never lowering it. A list
+//! without expiry (only an earlier version makes one) keeps none until it empties. The
+//! leader record is read only together with the lock key it names, and takes that key's
+//! TTL when written and on every extension of its term
+//! ([`NodeScript::ExtendLeader`](super::NodeScript::ExtendLeader)). The read-write lock's
+//! scripts touch the reader entries the list names, which are not among their KEYS: on a
+//! Redis Cluster, those names share the hash slot of `<key>` only when `<key>` has a hash
+//! tag.
 //!
 //! A semaphore's permit slots are locks of resources of their own ([`permit_resource`]),
 //! with the keys above, each listed among the shared holders of the semaphore name's own

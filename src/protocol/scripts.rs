@@ -67,6 +67,13 @@ pub enum NodeScript {
     /// Takes a permit slot of a semaphore. KEYS: the slot, the name's lock key, its
     /// holder list. ARGV: token, TTL in ms, the semaphore's permits.
     LockPermit,
+    /// As `Extend`, for listed shared holders (reader entries, permit slots), and raises
+    /// their holder list's expiry to at least the TTL. KEYS: the entries, then the list.
+    /// ARGV: token, TTL in ms.
+    ExtendListed,
+    /// As `Extend`, for an election's lock key, and gives the leader record written under
+    /// the token the same TTL. KEYS: the lock key, the record. ARGV: token, TTL in ms.
+    ExtendLeader,
 }
 
 /// The keys a script takes after the lock keys of its call.
@@ -84,7 +91,7 @@ pub(crate) enum KeyLayout {
 
 impl NodeScript {
     /// Every script, in the order the node's scripts are listed.
-    pub const ALL: [NodeScript; 12] = [
+    pub const ALL: [NodeScript; 14] = [
         NodeScript::Lock,
         NodeScript::LockWatching,
         NodeScript::LockQueued,
@@ -97,6 +104,8 @@ impl NodeScript {
         NodeScript::LockExclusive,
         NodeScript::Proclaim,
         NodeScript::LockPermit,
+        NodeScript::ExtendListed,
+        NodeScript::ExtendLeader,
     ];
 
     /// The script's Lua source, exactly as the node sends it.
@@ -114,6 +123,8 @@ impl NodeScript {
             NodeScript::LockExclusive => LOCK_EXCLUSIVE,
             NodeScript::Proclaim => PROCLAIM,
             NodeScript::LockPermit => LOCK_PERMIT,
+            NodeScript::ExtendListed => EXTEND_LISTED,
+            NodeScript::ExtendLeader => EXTEND_LEADER,
         }
     }
 
@@ -153,7 +164,9 @@ impl NodeScript {
             NodeScript::LockShared
             | NodeScript::LockExclusive
             | NodeScript::LockPermit
-            | NodeScript::Proclaim => KeyLayout::LockKeys,
+            | NodeScript::Proclaim
+            | NodeScript::ExtendListed
+            | NodeScript::ExtendLeader => KeyLayout::LockKeys,
             NodeScript::LockWatching => KeyLayout::FirstMarker,
             NodeScript::LockQueued => KeyLayout::Queues,
             NodeScript::LockQueuedMany | NodeScript::Unlock | NodeScript::LeaveQueue => {
@@ -252,12 +265,13 @@ const RAISE_COUNTER: &str = lua!("raise_counter.lua");
 
 /// Takes a reader's entry, only if the write side is free and no writer waits: sets the
 /// entry (`NX`: an entry is never overwritten) and lists it among the readers (score 0),
-/// forgetting the listed entries that no longer exist. A live listed permit (a score K > 0)
-/// refuses it with `held-as:K`: the name is a semaphore's while that permit lives.
+/// forgetting the listed entries that no longer exist, and raises the list's expiry to at
+/// least the entry's (`holder_list.lua`). A live listed permit (a score K > 0) refuses it
+/// with `held-as:K`: the name is a semaphore's while that permit lives.
 ///
 /// KEYS: the reader's entry, the write side, the reader list, the writer-waiting marker.
 /// ARGV: token, TTL in ms.
-const LOCK_SHARED: &str = lua!("lock_shared.lua");
+const LOCK_SHARED: &str = lua!("holder_list.lua", "lock_shared.lua");
 
 /// Takes the write side, only if it is free and no listed reader's entry exists
 /// (forgetting those that do not). When refused with a waiting time, marks a writer as
@@ -270,16 +284,33 @@ const LOCK_EXCLUSIVE: &str = lua!("lock_exclusive.lua");
 
 /// Takes a permit slot of a semaphore of K permits, only if the name's lock key is free
 /// (no mutex, writer or reservation) and every live listed holder is a permit of the
-/// same K: sets the slot (`NX`) and lists it with the score K. A live reader (score 0) or a
-/// permit of another K refuses it with `held-as:<score>`.
+/// same K: sets the slot (`NX`) and lists it with the score K, raising the list's expiry as
+/// [`LOCK_SHARED`] does. A live reader (score 0) or a permit of another K refuses it with
+/// `held-as:<score>`.
 ///
 /// KEYS: the slot, the name's lock key, its holder list. ARGV: token, TTL in ms, K.
-const LOCK_PERMIT: &str = lua!("lock_permit.lua");
+const LOCK_PERMIT: &str = lua!("holder_list.lua", "lock_permit.lua");
 
-/// Writes the leader's record, only while the lock key holds the leader's token.
+/// Writes the leader's record, only while the lock key holds the leader's token, with the
+/// lock key's remaining TTL: the record lives as long as the key it is current under.
 ///
 /// KEYS: the lock key, the leader record. ARGV: token, record.
 const PROCLAIM: &str = lua!("proclaim.lua");
+
+/// As [`EXTEND`] for the entries of shared holders (reader entries, permit slots), then
+/// raises the expiry of the holder list that names them to at least the TTL (never
+/// lowering it; a list without expiry keeps none): the list must outlive every live entry
+/// it names, or an exclusive acquisition would no longer see them.
+///
+/// KEYS: the entries, then their holder list. ARGV: token, TTL in ms.
+const EXTEND_LISTED: &str = lua!("holder_list.lua", "extend_listed.lua");
+
+/// As [`EXTEND`] for an election's lock key, then gives the leader record the same TTL
+/// when it was written under the token (a record of another term is left alone): so the
+/// record lives exactly as long as the key it is current under.
+///
+/// KEYS: the lock key, the leader record. ARGV: token, TTL in ms.
+const EXTEND_LEADER: &str = lua!("extend_leader.lua");
 
 #[cfg(test)]
 mod tests {
@@ -322,7 +353,7 @@ mod tests {
             ),
             (
                 NodeScript::LockShared,
-                "7d5c6549184e6609b7754e50146a9a74723075c4",
+                "40107af24a41fbcce0b9e59a923d1aa309aea6f5",
             ),
             (
                 NodeScript::LockExclusive,
@@ -330,11 +361,19 @@ mod tests {
             ),
             (
                 NodeScript::Proclaim,
-                "13879e18963abd97d40b4dca157dcb1bc6913794",
+                "5ea7acf5d63979c2a845c672c1a864d5094a4102",
             ),
             (
                 NodeScript::LockPermit,
-                "b02c6df595631607482308a48a43fab8f97b6092",
+                "487553280d55eebab0e3637abe40411af585acf9",
+            ),
+            (
+                NodeScript::ExtendListed,
+                "a726446785e13ebe05a854bb2041f1943dbdc0b3",
+            ),
+            (
+                NodeScript::ExtendLeader,
+                "e0022665364a31f081fe58ccfe6bfa4ceedd3c82",
             ),
         ];
         assert_eq!(pinned.len(), NodeScript::ALL.len());

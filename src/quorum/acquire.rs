@@ -152,7 +152,8 @@ impl Coordinator {
                 let counters = Arc::clone(&self.counters);
                 let tally = won.unwrap_or_else(|| self.won_tally(&self.empty_tally()));
                 let lease = Lease::new(counters, resources, token, tally, started, deadline)
-                    .with_fencing_token(fencing_token);
+                    .with_fencing_token(fencing_token)
+                    .listed_beside(claim.and_then(Claim::listed_beside));
                 Ok(self.lease_won(lease, in_flight, waiter, &answers))
             }
             Err(error) => {

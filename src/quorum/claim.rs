@@ -48,6 +48,18 @@ impl Claim {
     }
 }
 
+impl Claim {
+    /// The lock key whose holder list names the keys this claim takes: the write side for
+    /// a reader, the name's key for a permit; `None` for the write side itself.
+    pub(super) fn listed_beside(&self) -> Option<Arc<str>> {
+        match self {
+            Claim::Shared { writer } => Some(Arc::clone(writer)),
+            Claim::Permit { name, .. } => Some(Arc::clone(name)),
+            Claim::Exclusive { .. } => None,
+        }
+    }
+}
+
 impl Coordinator {
     /// One acquisition round of `resources` by `claim`: the mutex's round (quorum,
     /// validity, fencing, rollback on every node that may hold the keys, cancel safety)

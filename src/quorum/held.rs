@@ -136,7 +136,13 @@ impl Coordinator {
         self.check_not_expired(resource, current_deadline, started)?;
         // The keys' expiry is the TTL plus the lock-delay; the new deadline below, the TTL's.
         let key_ttl = self.config.key_ttl();
-        let mut in_flight = self.send(Command::Extend(key_ttl), keys, token);
+        // The family's keys that name the lease's keys live at least as long as they do.
+        let command = match (&lease.listed_beside, lease.was_proclaimed()) {
+            (Some(name), _) => Command::ExtendListed(key_ttl, Arc::clone(name)),
+            (None, true) => Command::ExtendLeader(key_ttl),
+            (None, false) => Command::Extend(key_ttl),
+        };
+        let mut in_flight = self.send(command, keys, token);
         let mut tally = self.empty_tally();
         self.collect(&mut tally, &mut in_flight, Wait::UntilDecided, &mut [])
             .await;

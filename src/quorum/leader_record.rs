@@ -19,6 +19,9 @@ impl Coordinator {
     pub(crate) async fn proclaim(&self, lease: &Lease, record: &str) -> Result<(), LockError> {
         let resource = lease.resource();
         let deadline = lease.deadline();
+        // Marked first: an extension from now on keeps the record as long as the key,
+        // whether it lands on a node before the record or after it.
+        lease.mark_proclaimed();
         let command = Command::Proclaim(record.into());
         let mut in_flight = self.send(command, &lease.keys, &lease.token);
         let mut tally = self.empty_tally();

@@ -23,6 +23,11 @@ pub(super) enum Command {
     LockQueued(Duration, Arc<QueuePlace>),
     Unlock,
     Extend(Duration),
+    /// An extension of shared holders' entries, raising the expiry of the holder list
+    /// of this lock key with them.
+    ExtendListed(Duration, Arc<str>),
+    /// An extension of an election's lock key, with the leader record under its token.
+    ExtendLeader(Duration),
     Holds,
     /// The read side of a read-write lock, of the write side's key.
     LockShared(Duration, Arc<str>),
@@ -101,6 +106,10 @@ impl Coordinator {
                     }
                     Command::Unlock => node.unlock(&keys, &token).await,
                     Command::Extend(ttl) => node.extend(&keys, &token, ttl).await,
+                    Command::ExtendListed(ttl, name) => {
+                        node.extend_listed(&keys, &token, ttl, &name).await
+                    }
+                    Command::ExtendLeader(ttl) => node.extend_leader(&keys, &token, ttl).await,
                     Command::Holds => node.holds(&keys, &token).await,
                     Command::LockShared(ttl, writer) => {
                         node.try_lock_shared(&keys, &token, ttl, &writer).await

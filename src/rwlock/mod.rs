@@ -6,7 +6,9 @@
 //! the exclusion between a writer and a reader as it does between two writers (the
 //! argument is in docs/safety.md, "Read-write locks"). Every hold is a mutex lease, so it
 //! is released, extended and checked by the mutex's own compare-and-delete,
-//! compare-and-pexpire and holds check: a guard never touches another holder's entry.
+//! compare-and-pexpire and holds check (a reader's extension also raises the reader
+//! list's expiry to its entry's, so the list outlives it): a guard never touches another
+//! holder's entry.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -82,7 +82,9 @@ pub enum Op {
     /// each key.
     Unlock,
     /// [`NodeRequest::Extend`](crate::node::NodeRequest::Extend): compare-and-pexpire on
-    /// every key, all or none.
+    /// every key, all or none; also the extensions that keep a holder list or a leader
+    /// record beside the keys ([`ExtendListed`](crate::node::NodeRequest::ExtendListed),
+    /// [`ExtendLeader`](crate::node::NodeRequest::ExtendLeader)).
     Extend {
         /// The TTL asked for.
         ttl: Duration,
@@ -250,7 +252,11 @@ impl Op {
         match *request {
             NodeRequest::Lock { keys, token, ttl } => (Op::Lock { ttl }, keys, Some(token), None),
             NodeRequest::Unlock { keys, token } => (Op::Unlock, keys, Some(token), None),
-            NodeRequest::Extend { keys, token, ttl } => {
+            NodeRequest::Extend { keys, token, ttl }
+            | NodeRequest::ExtendListed {
+                keys, token, ttl, ..
+            }
+            | NodeRequest::ExtendLeader { keys, token, ttl } => {
                 (Op::Extend { ttl }, keys, Some(token), None)
             }
             NodeRequest::Holds { keys, token } => (Op::Holds, keys, Some(token), None),

@@ -19,6 +19,7 @@ mod connect;
 mod delivery;
 mod election;
 mod fairness;
+mod family_ttl;
 mod fencing;
 mod fencing_postgres;
 mod frozen_node;

@@ -17,6 +17,7 @@ mod election;
 mod extension;
 mod factory;
 mod fairness;
+mod family_ttl;
 mod fencing;
 mod handoff;
 mod lock_delay;

@@ -54,7 +54,9 @@ fn granted_key<'a>(request: &NodeRequest<'a>) -> Option<&'a str> {
         NodeRequest::Lock { keys, .. }
         | NodeRequest::LockWatching { keys, .. }
         | NodeRequest::LockQueued { keys, .. }
-        | NodeRequest::Extend { keys, .. } => keys,
+        | NodeRequest::Extend { keys, .. }
+        | NodeRequest::ExtendListed { keys, .. }
+        | NodeRequest::ExtendLeader { keys, .. } => keys,
         _ => return None,
     };
     keys.first().map(|key| &**key)

@@ -12,5 +12,7 @@ end
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
     return 0
 end
+local left = redis.call("PTTL", KEYS[3])
 redis.call("ZADD", KEYS[3], 0, KEYS[1])
+outlast(KEYS[3], left, tonumber(ARGV[2]))
 return 1

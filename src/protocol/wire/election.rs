@@ -2,10 +2,12 @@
 //! while the key holds the leader's token, and read together with the key.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::Value;
 
 use super::{one_key, values, Read, Wire};
+use crate::config::millis;
 use crate::error::NodeError;
 use crate::protocol::keys::leader_key;
 use crate::protocol::script_calls::{NodeScripts, Resend, ScriptCall};
@@ -26,6 +28,29 @@ pub(super) fn proclaim<'a>(
     let keys: [Arc<str>; 2] = [Arc::clone(key), leader_key(key).into()];
     let script = scripts.get(NodeScript::Proclaim);
     let args = [token.as_bytes(), record.as_bytes()];
+    Ok(Wire::Script {
+        script,
+        command: ScriptCall::new(script, &keys, &args).command(),
+        resend: Resend::AlsoAfterReconnect,
+        read: Read::Flag,
+    })
+}
+
+/// The extension of the election's lock key `keys[0]`, with the leader record written
+/// under `token`. Safe to repeat: the same TTL set again.
+pub(super) fn extend_leader<'a>(
+    scripts: &'a NodeScripts,
+    keys: &[Arc<str>],
+    token: &LockToken,
+    ttl: Duration,
+) -> Result<Wire<'a>, NodeError> {
+    let [key] = keys else {
+        return Err(one_key("extend leader"));
+    };
+    let keys: [Arc<str>; 2] = [Arc::clone(key), leader_key(key).into()];
+    let script = scripts.get(NodeScript::ExtendLeader);
+    let ttl = millis(ttl).to_string();
+    let args = [token.as_bytes(), ttl.as_bytes()];
     Ok(Wire::Script {
         script,
         command: ScriptCall::new(script, &keys, &args).command(),

@@ -206,6 +206,15 @@ pub(crate) fn wire_announcing<'a>(
             record,
         } => election::proclaim(scripts, keys, token, record)?,
         NodeRequest::ReadProclamation { keys } => election::read_proclamation(keys)?,
+        NodeRequest::ExtendListed {
+            keys,
+            token,
+            ttl,
+            name,
+        } => rwlock::extend_listed(scripts, keys, token, ttl, name)?,
+        NodeRequest::ExtendLeader { keys, token, ttl } => {
+            election::extend_leader(scripts, keys, token, ttl)?
+        }
     })
 }
 

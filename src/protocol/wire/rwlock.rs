@@ -78,6 +78,34 @@ pub(super) fn lock_permit<'a>(
     claim_script(scripts, NodeScript::LockPermit, &keys, &args)
 }
 
+/// The extension of the shared holders' entries `keys` (a reader's entry, a permit's
+/// slot), raising the expiry of the holder list of `name` with them. Safe to repeat, as
+/// every extension: the same TTL set again, the list's expiry only raised.
+pub(super) fn extend_listed<'a>(
+    scripts: &'a NodeScripts,
+    keys: &[Arc<str>],
+    token: &LockToken,
+    ttl: Duration,
+    name: &str,
+) -> Result<Wire<'a>, NodeError> {
+    let with_list: Vec<Arc<str>> = keys
+        .iter()
+        .cloned()
+        .chain([Arc::from(readers_key(name))])
+        .collect();
+    let ttl = millis(ttl).to_string();
+    let args = [token.as_bytes(), ttl.as_bytes()];
+    let (name, read) = (NodeScript::ExtendListed, Read::Flag);
+    script_call(
+        scripts,
+        name,
+        &with_list,
+        &args,
+        Resend::AlsoAfterReconnect,
+        read,
+    )
+}
+
 /// A call of a shared claim's script, read as [`Read::Claim`]; sent again only after a
 /// reload, as every lock call.
 fn claim_script<'a>(
