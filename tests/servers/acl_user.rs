@@ -104,7 +104,9 @@ pub async fn denials(cluster: &RedisCluster) -> Vec<String> {
                 // The server check's `CONFIG GET appendfsync`, asked where the append-only
                 // file is on and denied by the listed grants (docs/operations.md, "ACL
                 // users"): the server then abstains for a lease after it starts.
-                let fsync_policy = entry.contains("appendfsync") || entry.contains("config|get");
+                let fsync_policy = entry.contains("appendfsync")
+                    || entry.contains("config|get")
+                    || entry.contains("cmd=config ");
                 if !lib_name && !fsync_policy {
                     found.push(format!("node {i}: {entry}"));
                 }
