@@ -71,10 +71,11 @@ impl ClusterLink {
     }
 
     /// Connects now unless connected, and says why the cluster was not taken into use.
-    /// Why the cluster was refused, while it is down for that reason.
-    pub(crate) fn refusal(&self) -> Option<String> {
+    /// Why the cluster counts as failed without being asked (refused, or abstaining), while
+    /// it does.
+    pub(crate) fn exclusion(&self) -> Option<String> {
         match &*self.lock_state() {
-            State::Down { why, .. } => why.refusal(),
+            State::Down { why, .. } => why.exclusion(),
             _ => None,
         }
     }
@@ -267,23 +268,13 @@ async fn inspect(
 
 /// The `appendfsync` value of each master's `CONFIG GET appendfsync` reply.
 fn fsync_policies(replies: &Value) -> Vec<String> {
-    let value = |reply: &Value| -> Option<String> {
-        let field = match reply {
-            Value::Array(fields) => fields.get(1)?,
-            Value::Map(pairs) => &pairs.first()?.1,
-            _ => return None,
-        };
-        match field {
-            Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-            Value::SimpleString(text) => Some(text.clone()),
-            _ => None,
-        }
-    };
     let each: Vec<&Value> = match replies {
         Value::Map(pairs) => pairs.iter().map(|(_, reply)| reply).collect(),
         other => vec![other],
     };
-    each.into_iter().filter_map(value).collect()
+    each.into_iter()
+        .filter_map(super::identity::appendfsync_of)
+        .collect()
 }
 
 /// The node ids of a `CLUSTER NODES` reply: the first field of each line.

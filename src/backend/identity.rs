@@ -310,9 +310,10 @@ pub(crate) enum Rejection {
 }
 
 impl Rejection {
-    /// The refusal, said as a node's [`excluded`](crate::NodeMetrics::excluded) reason, if
-    /// the server was refused rather than not reached.
-    pub(crate) fn refusal(&self) -> Option<String> {
+    /// Why the node counts as failed without being asked, said as its
+    /// [`excluded`](crate::NodeMetrics::excluded) reason: refused or abstaining, not merely
+    /// not reached.
+    pub(crate) fn exclusion(&self) -> Option<String> {
         match self {
             Rejection::Refused(refusal) => Some(refusal.to_string()),
             Rejection::Abstaining(abstention) => Some(abstention.to_string()),
@@ -399,16 +400,20 @@ async fn without_info(connection: &mut MultiplexedConnection) -> Result<ServerFa
 async fn fsync_policy(connection: &mut MultiplexedConnection) -> Option<String> {
     let mut get = redis::cmd("CONFIG");
     get.arg("GET").arg("appendfsync");
-    let reply = query(connection, get).await.ok()?;
-    let text = |value: &Value| match value {
+    appendfsync_of(&query(connection, get).await.ok()?)
+}
+
+/// The value of a `CONFIG GET appendfsync` reply: `[name, value]` in RESP2, `{name:
+/// value}` in RESP3.
+pub(crate) fn appendfsync_of(reply: &Value) -> Option<String> {
+    let value = match reply {
+        Value::Array(fields) => fields.get(1)?,
+        Value::Map(pairs) => &pairs.first()?.1,
+        _ => return None,
+    };
+    match value {
         Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
         Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
-    };
-    match reply {
-        // RESP2: [name, value]; RESP3: {name: value}.
-        Value::Array(fields) => fields.get(1).and_then(text),
-        Value::Map(pairs) => pairs.first().and_then(|(_, value)| text(value)),
         _ => None,
     }
 }

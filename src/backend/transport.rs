@@ -63,11 +63,12 @@ impl Transport {
         matches!(self, Transport::Server(_))
     }
 
-    /// Why the server was refused, while the node counts as failed for that reason.
-    pub(crate) fn refusal(&self) -> Option<String> {
+    /// Why the node counts as failed without being asked (refused, or abstaining), while
+    /// it does.
+    pub(crate) fn exclusion(&self) -> Option<String> {
         match self {
-            Transport::Server(link) => link.refusal(),
-            Transport::Cluster(link) => link.refusal(),
+            Transport::Server(link) => link.exclusion(),
+            Transport::Cluster(link) => link.exclusion(),
         }
     }
 

@@ -148,10 +148,11 @@ impl Link {
         self.open.load(Ordering::Relaxed) && self.in_line.load(Ordering::SeqCst) == 0
     }
 
-    /// Why the server was refused, while the link is down for that reason.
-    pub(crate) fn refusal(&self) -> Option<String> {
+    /// Why the link counts as failed without being asked (refused, or abstaining), while
+    /// it does.
+    pub(crate) fn exclusion(&self) -> Option<String> {
         match &*self.lock_state() {
-            State::Down { why, .. } => why.refusal(),
+            State::Down { why, .. } => why.exclusion(),
             _ => None,
         }
     }

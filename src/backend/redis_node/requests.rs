@@ -37,7 +37,7 @@ impl LockNode for RedisNode {
     /// A server refused when its connection was made (a replica, say), or one that
     /// abstains after a restart or a clock anomaly.
     fn excluded(&self) -> Option<String> {
-        self.link.refusal()
+        self.link.exclusion()
     }
 
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
