@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::error::{ConfigError, LeaseEnd, LockError, Tally};
 use crate::lease::{Lease, LostSignal};
 use crate::quorum::Coordinator;
+use crate::session::members::Members;
 use crate::token::LockToken;
 use crate::watchdog::{AutoExtend, Watchdog};
 
@@ -51,8 +52,18 @@ pub struct LockGuard {
     /// The coordinator that granted the lease, which every operation on it goes through.
     coordinator: Arc<Coordinator>,
     lease: Arc<Lease>,
-    watchdog: Option<Watchdog>,
+    keeper: Keeper,
     released: bool,
+}
+
+/// What keeps a guard's lock alive, if anything.
+enum Keeper {
+    /// Nothing: the lock expires at its deadline unless refreshed.
+    Nothing,
+    /// Its own watchdog, held for its drop, which aborts the task.
+    Watchdog(#[allow(dead_code)] Watchdog),
+    /// A session, with its other locks.
+    Session(Arc<Members>),
 }
 
 impl LockGuard {
@@ -61,7 +72,7 @@ impl LockGuard {
         LockGuard {
             coordinator,
             lease,
-            watchdog: None,
+            keeper: Keeper::Nothing,
             released: false,
         }
     }
@@ -140,7 +151,7 @@ impl LockGuard {
 
     /// Whether [`release`](Self::release) already ran for this guard.
     pub fn is_released(&self) -> bool {
-        self.released
+        self.released || self.lease.is_released()
     }
 
     /// A signal that fires when this lock is lost; see [`LostSignal`].
@@ -162,8 +173,37 @@ impl LockGuard {
     /// Needs a tokio runtime (the task is spawned on the current one).
     pub fn auto_extend(&mut self, options: AutoExtend) -> Result<(), ConfigError> {
         let watchdog = Watchdog::start(&self.coordinator, &self.lease, options)?;
-        self.watchdog = Some(watchdog);
+        self.stop_keeping();
+        self.keeper = Keeper::Watchdog(watchdog);
         Ok(())
+    }
+
+    /// Joins the session of `members`; see [`Session::keep`](crate::Session::keep).
+    pub(crate) fn keep_in(&mut self, members: &Arc<Members>) -> Result<(), LockError> {
+        if let Keeper::Session(current) = &self.keeper {
+            if Arc::ptr_eq(current, members) {
+                return Ok(());
+            }
+        }
+        members.admit(&self.coordinator, &self.lease)?;
+        self.stop_keeping();
+        self.keeper = Keeper::Session(Arc::clone(members));
+        Ok(())
+    }
+
+    /// Takes this lock out of its session, if it is in one: the session no longer extends
+    /// it, and it expires at its deadline unless refreshed or kept again.
+    pub fn leave_session(&mut self) {
+        if let Keeper::Session(shared) = &self.keeper {
+            shared.leave(&self.lease);
+            self.keeper = Keeper::Nothing;
+        }
+    }
+
+    /// Stops whatever keeps the lock alive: the watchdog is aborted, the session left.
+    fn stop_keeping(&mut self) {
+        self.leave_session();
+        self.keeper = Keeper::Nothing;
     }
 
     /// Unlocks every node (compare-and-delete: another owner's lock is never touched) and
@@ -209,10 +249,12 @@ impl LockGuard {
 
     /// Releases once; later calls return `Ok(())` without touching the nodes.
     pub(crate) async fn release_in_place(&mut self) -> Result<(), LockError> {
-        if self.released {
+        if self.released || self.lease.is_released() {
+            // Released here before, or by its session's `close`.
+            self.released = true;
             return Ok(());
         }
-        self.watchdog = None; // stop extending before deleting
+        self.stop_keeping(); // stop extending before deleting
         let lease = &self.lease;
         // A task of this process waits for the lock: it goes to that one, keys and all.
         if self.coordinator.pass_to_waiter(lease) {
@@ -247,14 +289,23 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.watchdog = None;
+        // A watchdog is aborted. A session finds the lease ended (released or passed) at
+        // its next round, so the guard need not take it off the list, a search of the
+        // whole list; only a lease left held (no auto-release) is taken off.
+        let keeper = std::mem::replace(&mut self.keeper, Keeper::Nothing);
         let lease = &self.lease;
         if !self.released
+            && !lease.is_released()
             && self.coordinator.config().auto_release()
             && !self.coordinator.pass_to_waiter(lease)
         {
             lease.end(LeaseEnd::Released);
             self.coordinator.release_in_background(Arc::clone(lease));
+        }
+        if let Keeper::Session(shared) = keeper {
+            if lease.state().end.is_none() && !lease.was_passed() {
+                shared.leave(lease);
+            }
         }
     }
 }
@@ -265,7 +316,11 @@ impl fmt::Debug for LockGuard {
             .field("resource", &self.resource())
             .field("token", self.token())
             .field("validity", &self.validity())
-            .field("auto_extending", &self.watchdog.is_some())
+            .field(
+                "auto_extending",
+                &matches!(self.keeper, Keeper::Watchdog(_)),
+            )
+            .field("in_session", &matches!(self.keeper, Keeper::Session(_)))
             .field("released", &self.released)
             .finish()
     }

@@ -4,7 +4,7 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -64,6 +64,9 @@ pub(crate) struct Lease {
     /// Set once a leader record was written (or is being written) under the lease's
     /// token beside its key: every extension then keeps the record as long as the key.
     proclaimed: AtomicBool,
+    /// The session that keeps this lease alive, by its id; 0 for none (see
+    /// [`Session`](crate::Session)). Changed only under that session's list of members.
+    session: AtomicU64,
 }
 
 /// A run of holders of one lock in one process: the lock won on the nodes once, then
@@ -207,6 +210,7 @@ impl Lease {
             passed: AtomicBool::new(false),
             listed_beside: None,
             proclaimed: AtomicBool::new(false),
+            session: AtomicU64::new(0),
         }
     }
 
@@ -284,6 +288,8 @@ impl Lease {
             passed: AtomicBool::new(false),
             listed_beside: self.listed_beside.clone(),
             proclaimed: AtomicBool::new(self.was_proclaimed()),
+            // The receiver of a pass joins a session of its own accord.
+            session: AtomicU64::new(0),
         }
     }
 
@@ -307,6 +313,22 @@ impl Lease {
     /// Whether a leader record was written under this lease's token.
     pub(crate) fn was_proclaimed(&self) -> bool {
         self.proclaimed.load(Ordering::Acquire)
+    }
+
+    /// The id of the session that keeps this lease alive; 0 for none.
+    pub(crate) fn session(&self) -> u64 {
+        self.session.load(Ordering::Acquire)
+    }
+
+    /// Records the session that keeps this lease alive (0: none).
+    pub(crate) fn set_session(&self, id: u64) {
+        self.session.store(id, Ordering::Release);
+    }
+
+    /// Whether the lease ended as released without its guard's release: by its session's
+    /// [`close`](crate::Session::close), whose unlocks its guard need not send again.
+    pub(crate) fn is_released(&self) -> bool {
+        matches!(self.lock_state().end, Some(LeaseEnd::Released)) && !self.was_passed()
     }
 
     pub(crate) fn state(&self) -> LeaseState {

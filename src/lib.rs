@@ -236,6 +236,7 @@ mod retry;
 mod rwlock;
 mod scoped;
 mod semaphore;
+mod session;
 mod token;
 mod watchdog;
 
@@ -249,7 +250,7 @@ pub use backend::tls::TlsOptions;
 pub use backend::{IntoNodeAddress, IntoNodes, NodeAddress, Nodes, ReplicaAcks};
 pub use config::{LockConfig, LockConfigBuilder};
 pub use election::{Election, Leader, Leadership};
-pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, Tally};
+pub use error::{ConfigError, LeaseEnd, LockError, NodeError, NodeFailure, SessionEnd, Tally};
 pub use factory::{LockFactory, NamedLock};
 pub use guard::LockGuard;
 pub use held_as::HeldAs;
@@ -261,6 +262,7 @@ pub use redlock::{RedisLock, Redlock};
 pub use resource::{MAX_RESOURCES, MAX_RESOURCE_LEN};
 pub use rwlock::RwLock;
 pub use semaphore::{Permit, Semaphore};
+pub use session::{KeepAlive, Session, SessionOptions, SessionSignal};
 pub use token::LockToken;
 pub use watchdog::AutoExtend;
 

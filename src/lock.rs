@@ -228,6 +228,11 @@ impl Lock {
         &self.coordinator
     }
 
+    /// The coordinator, shared: for a session, whose task outlives a borrow.
+    pub(crate) fn shared_coordinator(&self) -> Arc<Coordinator> {
+        Arc::clone(&self.coordinator)
+    }
+
     pub(crate) fn config(&self) -> &LockConfig {
         self.coordinator.config()
     }

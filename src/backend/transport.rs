@@ -63,6 +63,11 @@ impl Transport {
         matches!(self, Transport::Server(_))
     }
 
+    /// Whether one script call must keep to one hash slot: on a Redis Cluster.
+    pub(crate) fn routes_by_slot(&self) -> bool {
+        matches!(self, Transport::Cluster(_))
+    }
+
     /// Why the node counts as failed without being asked (refused, or abstaining), while
     /// it does.
     pub(crate) fn exclusion(&self) -> Option<String> {

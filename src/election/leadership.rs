@@ -66,6 +66,16 @@ impl Leadership {
         &self.guard
     }
 
+    /// The lock guard, for a [`Session`](crate::Session) that keeps it.
+    pub(crate) fn guard_mut(&mut self) -> &mut LockGuard {
+        &mut self.guard
+    }
+
+    /// Takes it out of its session; see [`LockGuard::leave_session`].
+    pub fn leave_session(&mut self) {
+        self.guard.leave_session();
+    }
+
     /// Records a new value for this term (the fencing token stays): observers see it from
     /// their next poll. Fails as a refresh does when the lock is gone.
     ///

@@ -235,4 +235,13 @@ pub enum ConfigError {
         /// The most accepted.
         max: usize,
     },
+    /// A [`Session`](crate::Session) sends its locks' extensions in chunks of 1 to
+    /// [`SessionOptions::MAX_CHUNK`](crate::SessionOptions::MAX_CHUNK) locks per request.
+    #[error("a session's chunk must hold between 1 and {max} locks, got {chunk}")]
+    InvalidSessionChunk {
+        /// The rejected chunk size.
+        chunk: usize,
+        /// The most accepted.
+        max: usize,
+    },
 }

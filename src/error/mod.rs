@@ -237,6 +237,15 @@ pub enum LockError {
         /// The guard's resource.
         resource: String,
     },
+    /// A lock was to join a [`Session`](crate::Session) that keeps nothing alive any more,
+    /// or one whose locks are of another TTL.
+    #[error("lock {resource:?} cannot join the session: {reason}")]
+    Session {
+        /// The lock's resource.
+        resource: String,
+        /// Why not: the session's end, or the TTLs that differ.
+        reason: String,
+    },
 }
 
 impl LockError {
@@ -264,6 +273,7 @@ impl LockError {
             | LockError::FencingExhausted { resource, .. }
             | LockError::Lost { resource, .. }
             | LockError::ForeignGuard { resource }
+            | LockError::Session { resource, .. }
             | LockError::ModeMismatch { resource, .. } => Some(resource),
             LockError::Config(_) | LockError::InvalidNode { .. } => None,
         }
@@ -277,6 +287,29 @@ impl LockError {
             | LockError::NotHeld { tally, .. }
             | LockError::ModeMismatch { tally, .. } => Some(tally),
             _ => None,
+        }
+    }
+}
+
+/// How a [`Session`](crate::Session) ended: it keeps no lock alive any more.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SessionEnd {
+    /// [`close`](crate::Session::close) released its locks.
+    Closed,
+    /// The session was dropped: its locks live on until their deadlines, unextended.
+    Dropped,
+    /// It could no longer confirm its locks on a quorum before they ran out: every lock
+    /// it kept was declared lost with this error.
+    Lost(Box<LockError>),
+}
+
+impl std::fmt::Display for SessionEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionEnd::Closed => f.write_str("the session was closed"),
+            SessionEnd::Dropped => f.write_str("the session was dropped"),
+            SessionEnd::Lost(error) => write!(f, "the session lost its quorum: {error}"),
         }
     }
 }

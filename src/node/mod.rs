@@ -35,7 +35,7 @@ use crate::error::NodeError;
 use crate::token::LockToken;
 
 pub use self::hints::NodeHints;
-pub use self::request::{NodeReply, NodeRequest, QueuePlace};
+pub use self::request::{Beside, NodeReply, NodeRequest, QueuePlace, Renewal};
 pub(crate) use self::watch::WatchedChannels;
 pub use self::watch::{Announcement, ReleaseWatch};
 
@@ -164,6 +164,37 @@ impl<'n> dyn LockNode + 'n {
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
         let request = NodeRequest::ExtendLeader { keys, token, ttl };
         self.or_plain_extend(request, (keys, token, ttl))
+    }
+
+    /// [`NodeRequest::ExtendMany`]: for each renewal, whether its TTLs were set. On a node
+    /// that does not support it, each renewal goes as its own request, all at once, and
+    /// the first failure fails the whole (the caller counts the node as failed for every
+    /// renewal, which only costs it a retry).
+    pub fn extend_many<'a>(
+        &'a self,
+        renewals: &'a [Renewal<'a>],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<bool>, NodeError>> + Send + 'a {
+        async move {
+            let request = NodeRequest::ExtendMany { renewals, ttl };
+            match self.call(request).await? {
+                NodeReply::Renewed(flags) if flags.len() == renewals.len() => Ok(flags),
+                NodeReply::Unsupported => {
+                    let one = |renewal: &'a Renewal<'a>| {
+                        let Renewal { keys, token, .. } = *renewal;
+                        match renewal.beside {
+                            Beside::HolderList(name) => {
+                                self.extend_listed(keys, token, ttl, name).boxed()
+                            }
+                            Beside::LeaderRecord => self.extend_leader(keys, token, ttl).boxed(),
+                            _ => self.extend(keys, token, ttl).boxed(),
+                        }
+                    };
+                    futures::future::try_join_all(renewals.iter().map(one)).await
+                }
+                other => Err(unexpected(request.what(), &other)),
+            }
+        }
     }
 
     /// [`NodeRequest::Holds`]: whether every key holds `token`.

@@ -244,6 +244,69 @@ pub enum NodeRequest<'a> {
         /// The new TTL of the key and its record.
         ttl: Duration,
     },
+    /// Many extensions in one request: each renewal as its own [`Extend`](Self::Extend)
+    /// (or [`ExtendListed`](Self::ExtendListed), [`ExtendLeader`](Self::ExtendLeader), as
+    /// its [`beside`](Renewal::beside) says), all keys of one renewal or none, each renewal
+    /// on its own. Answers [`Renewed`](NodeReply::Renewed): one flag per renewal, in
+    /// order, `true` where the TTLs were set. A [`Session`](crate::Session) sends it, so
+    /// that keeping many locks alive costs one request per node per interval (and per
+    /// chunk of them), not one per lock.
+    ///
+    /// Unsupported, each renewal is sent as its own request (see
+    /// [`extend_many`](super::LockNode::call)).
+    ExtendMany {
+        /// The leases to extend.
+        renewals: &'a [Renewal<'a>],
+        /// Their new TTL.
+        ttl: Duration,
+    },
+}
+
+/// One lease of an [`ExtendMany`](NodeRequest::ExtendMany) request: its keys, the token
+/// they must hold, and what lives beside them with the same TTL.
+#[derive(Debug, Clone, Copy)]
+pub struct Renewal<'a> {
+    /// The lease's keys.
+    pub keys: &'a [Arc<str>],
+    /// The token they must hold.
+    pub token: &'a LockToken,
+    /// What else the extension keeps alive.
+    pub beside: Beside<'a>,
+}
+
+/// What a [`Renewal`] keeps alive beside its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Beside<'a> {
+    /// Nothing: a plain [`Extend`](NodeRequest::Extend).
+    Nothing,
+    /// The holder list of this lock key, which names the keys (a reader's entry, a
+    /// permit's slot): as [`ExtendListed`](NodeRequest::ExtendListed).
+    HolderList(&'a str),
+    /// The leader record written under the token: as
+    /// [`ExtendLeader`](NodeRequest::ExtendLeader).
+    LeaderRecord,
+}
+
+impl<'a> Renewal<'a> {
+    /// The single request that extends this renewal alone.
+    pub fn request(self, ttl: Duration) -> NodeRequest<'a> {
+        let Renewal {
+            keys,
+            token,
+            beside,
+        } = self;
+        match beside {
+            Beside::Nothing => NodeRequest::Extend { keys, token, ttl },
+            Beside::HolderList(name) => NodeRequest::ExtendListed {
+                keys,
+                token,
+                ttl,
+                name,
+            },
+            Beside::LeaderRecord => NodeRequest::ExtendLeader { keys, token, ttl },
+        }
+    }
 }
 
 impl NodeRequest<'_> {
@@ -268,6 +331,7 @@ impl NodeRequest<'_> {
             NodeRequest::ReadProclamation { .. } => "read proclamation",
             NodeRequest::ExtendListed { .. } => "extend listed",
             NodeRequest::ExtendLeader { .. } => "extend leader",
+            NodeRequest::ExtendMany { .. } => "extend many",
         }
     }
 }
@@ -284,6 +348,9 @@ pub enum NodeReply {
     Watch(ReleaseWatch),
     /// A stored text, or its absence.
     Text(Option<String>),
+    /// One flag per renewal of an [`ExtendMany`](NodeRequest::ExtendMany), in order:
+    /// whether its TTLs were set.
+    Renewed(Vec<bool>),
     /// Refused: the name is held in this other mode (an answer to
     /// [`LockShared`](NodeRequest::LockShared) and [`LockPermit`](NodeRequest::LockPermit)).
     HeldAs(HeldAs),

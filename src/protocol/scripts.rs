@@ -74,6 +74,10 @@ pub enum NodeScript {
     /// As `Extend`, for an election's lock key, and gives the leader record written under
     /// the token the same TTL. KEYS: the lock key, the record. ARGV: token, TTL in ms.
     ExtendLeader,
+    /// Many extensions in one call, each as `Extend`, `ExtendListed` or `ExtendLeader`.
+    /// KEYS: each lease's keys, then its list or record if any. ARGV: TTL in ms, then per
+    /// lease its token, its number of keys, and `-`, `l` (a list) or `r` (a record).
+    ExtendMany,
 }
 
 /// The keys a script takes after the lock keys of its call.
@@ -91,7 +95,7 @@ pub(crate) enum KeyLayout {
 
 impl NodeScript {
     /// Every script, in the order the node's scripts are listed.
-    pub const ALL: [NodeScript; 14] = [
+    pub const ALL: [NodeScript; 15] = [
         NodeScript::Lock,
         NodeScript::LockWatching,
         NodeScript::LockQueued,
@@ -106,6 +110,7 @@ impl NodeScript {
         NodeScript::LockPermit,
         NodeScript::ExtendListed,
         NodeScript::ExtendLeader,
+        NodeScript::ExtendMany,
     ];
 
     /// The script's Lua source, exactly as the node sends it.
@@ -125,6 +130,7 @@ impl NodeScript {
             NodeScript::LockPermit => LOCK_PERMIT,
             NodeScript::ExtendListed => EXTEND_LISTED,
             NodeScript::ExtendLeader => EXTEND_LEADER,
+            NodeScript::ExtendMany => EXTEND_MANY,
         }
     }
 
@@ -166,7 +172,8 @@ impl NodeScript {
             | NodeScript::LockPermit
             | NodeScript::Proclaim
             | NodeScript::ExtendListed
-            | NodeScript::ExtendLeader => KeyLayout::LockKeys,
+            | NodeScript::ExtendLeader
+            | NodeScript::ExtendMany => KeyLayout::LockKeys,
             NodeScript::LockWatching => KeyLayout::FirstMarker,
             NodeScript::LockQueued => KeyLayout::Queues,
             NodeScript::LockQueuedMany | NodeScript::Unlock | NodeScript::LeaveQueue => {
@@ -312,6 +319,14 @@ const EXTEND_LISTED: &str = lua!("holder_list.lua", "extend_listed.lua");
 /// KEYS: the lock key, the leader record. ARGV: token, TTL in ms.
 const EXTEND_LEADER: &str = lua!("extend_leader.lua");
 
+/// [`EXTEND`], [`EXTEND_LISTED`] and [`EXTEND_LEADER`] for many leases in one call, each
+/// lease all or none and on its own: a session's keep-alive, one call per node (and per
+/// chunk of its leases) instead of one per lease.
+///
+/// KEYS: each lease's keys, then its holder list or leader record if any. ARGV: TTL in ms,
+/// then per lease: token, number of keys, `-`, `l` or `r`. Returns `0` or `1` per lease.
+const EXTEND_MANY: &str = lua!("holder_list.lua", "extend_many.lua");
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,6 +389,10 @@ mod tests {
             (
                 NodeScript::ExtendLeader,
                 "e0022665364a31f081fe58ccfe6bfa4ceedd3c82",
+            ),
+            (
+                NodeScript::ExtendMany,
+                "e1512e4540bb8547d1f4ab0f9e12132de65ca645",
             ),
         ];
         assert_eq!(pinned.len(), NodeScript::ALL.len());

@@ -35,6 +35,7 @@ mod cohorts;
 mod held;
 mod leader_record;
 mod pass;
+mod renewal;
 mod stragglers;
 mod votes;
 

@@ -78,6 +78,16 @@ impl Permit {
         self.guard.auto_extend(options)
     }
 
+    /// The lock guard, for a [`Session`](crate::Session) that keeps it.
+    pub(crate) fn guard_mut(&mut self) -> &mut LockGuard {
+        &mut self.guard
+    }
+
+    /// Takes it out of its session; see [`LockGuard::leave_session`].
+    pub fn leave_session(&mut self) {
+        self.guard.leave_session();
+    }
+
     /// Extends the permit to the full TTL; see [`LockGuard::refresh`].
     ///
     /// # Cancel safety

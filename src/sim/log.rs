@@ -125,6 +125,14 @@ pub enum Op {
     /// [`NodeRequest::ReadProclamation`](crate::node::NodeRequest::ReadProclamation): the
     /// current leader's record.
     ReadProclamation,
+    /// [`NodeRequest::ExtendMany`](crate::node::NodeRequest::ExtendMany): a session's
+    /// extensions of many leases in one request; the record's keys are its first lease's.
+    ExtendMany {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// How many leases it extends.
+        leases: usize,
+    },
 }
 
 impl Op {
@@ -291,6 +299,19 @@ impl Op {
             } => (Op::LockPermit { ttl }, keys, Some(token), None),
             NodeRequest::Proclaim { keys, token, .. } => (Op::Proclaim, keys, Some(token), None),
             NodeRequest::ReadProclamation { keys } => (Op::ReadProclamation, keys, None, None),
+            NodeRequest::ExtendMany { renewals, ttl } => {
+                let op = Op::ExtendMany {
+                    ttl,
+                    leases: renewals.len(),
+                };
+                let first = renewals.first();
+                (
+                    op,
+                    first.map_or(&[], |r| r.keys),
+                    first.map(|r| r.token),
+                    None,
+                )
+            }
             NodeRequest::WatchReleases { .. } | NodeRequest::WatchReservations { .. } => {
                 unreachable!("a watch sends no command")
             }

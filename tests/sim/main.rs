@@ -26,4 +26,5 @@ mod multi;
 mod redlock;
 mod rwlock;
 mod semaphore;
+mod session;
 mod settings;

@@ -57,6 +57,7 @@ fn granted_key<'a>(request: &NodeRequest<'a>) -> Option<&'a str> {
         | NodeRequest::Extend { keys, .. }
         | NodeRequest::ExtendListed { keys, .. }
         | NodeRequest::ExtendLeader { keys, .. } => keys,
+        NodeRequest::ExtendMany { renewals, .. } => renewals.first()?.keys,
         _ => return None,
     };
     keys.first().map(|key| &**key)

@@ -10,6 +10,7 @@
 //! of its reply; a new script also needs its [`NodeScript`] variant, source and layout.
 
 mod election;
+mod renewal;
 mod rwlock;
 
 use std::sync::Arc;
@@ -82,6 +83,8 @@ pub(crate) enum Read {
     Done,
     /// `MGET` of an election's lock key and its leader record: the record, when current.
     Proclamation,
+    /// An `ExtendMany` reply: one flag per lease, of this many leases.
+    Each(usize),
 }
 
 /// The command, or the script call, that carries out `request` on a node whose scripts
@@ -215,6 +218,7 @@ pub(crate) fn wire_announcing<'a>(
         NodeRequest::ExtendLeader { keys, token, ttl } => {
             election::extend_leader(scripts, keys, token, ttl)?
         }
+        NodeRequest::ExtendMany { renewals, ttl } => renewal::extend_many(scripts, renewals, ttl)?,
     })
 }
 
@@ -334,6 +338,7 @@ impl Read {
             }
             Read::Done => NodeReply::Done(true),
             Read::Proclamation => NodeReply::Text(election::proclamation(reply)?),
+            Read::Each(count) => NodeReply::Renewed(renewal::flags(reply, *count)?),
         })
     }
 }

@@ -1,0 +1,263 @@
+//! A session's keep-alive round: many leases extended with one request per node and chunk
+//! of them, each lease's outcome counted on its own, as if it had been refreshed alone.
+//!
+//! Each lease's new deadline is counted from when the requests that extended it were sent
+//! (the chunk it was in, on each node), not from the round's start, so that a lease in a
+//! late chunk is not given less validity than it has, nor one in an early chunk more: at
+//! `sent + ttl` the node that extended it still holds it, whatever came after.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{FuturesOrdered, StreamExt};
+use tokio::time::Instant;
+
+use super::Coordinator;
+use crate::error::{LeaseEnd, LockError, NodeError, NodeFailure};
+use crate::lease::Lease;
+use crate::metrics::Counters;
+use crate::node::{Beside, LockNode, Renewal};
+
+/// How many chunks of one round may be in flight to one node at once: enough to keep the
+/// connection busy while the node runs a chunk's script, few enough that no chunk waits
+/// behind the others for longer than its own node timeout.
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// What one node answered for one chunk: when it was sent and answered, and one flag per
+/// lease, or how it failed.
+struct ChunkReply {
+    sent: Instant,
+    answered: Instant,
+    flags: Result<Vec<bool>, NodeError>,
+}
+
+/// A lease the round could not decide: too few nodes answered, or too late. It may still
+/// hold; the caller tries it again while its validity lasts.
+pub(crate) struct Unconfirmed {
+    /// The lease's position in the round's slice.
+    pub(crate) index: usize,
+    /// Why it was not confirmed.
+    pub(crate) error: LockError,
+}
+
+impl Coordinator {
+    /// Extends every lease of `leases` on every node, `chunk` leases per request, and
+    /// records each one's outcome in it: its new deadline, or its end when the lock proved
+    /// gone ([`LockError::NotHeld`]) or its deadline passed first. Returns the leases it
+    /// could not decide either way.
+    ///
+    /// A node that fails one chunk (a timeout, a broken connection) is not sent the rest
+    /// of the round: its failure counts for every lease, and the round does not wait a
+    /// node timeout per chunk for a node that is down.
+    ///
+    /// # Cancel safety
+    ///
+    /// An extension never creates a key, so a round dropped midway leaves nothing behind:
+    /// the leases it did not record keep their deadlines.
+    pub(crate) async fn renew(&self, leases: &[Arc<Lease>], chunk: usize) -> Vec<Unconfirmed> {
+        let chunk = chunk.max(1);
+        let started = Instant::now();
+        let live: Vec<bool> = leases
+            .iter()
+            .map(|lease| lease.deadline() > started && lease.state().end.is_none())
+            .collect();
+        let mut rounds = Vec::with_capacity(self.nodes.len());
+        for (index, node) in self.nodes.iter().enumerate() {
+            rounds.push(self.renew_on(index, &**node, leases, &live, chunk));
+        }
+        let replies = futures::future::join_all(rounds).await;
+        let mut unconfirmed = Vec::new();
+        for (index, lease) in leases.iter().enumerate() {
+            if lease.was_passed() || lease.state().end.is_some() {
+                continue;
+            }
+            if !live[index] {
+                lease.end(LeaseEnd::Expired);
+                continue;
+            }
+            let answers = replies.iter().map(|node| {
+                let reply = node.get(index / chunk);
+                reply.map(|reply| {
+                    (
+                        reply,
+                        reply.flags.as_ref().map(|flags| flags[index % chunk]),
+                    )
+                })
+            });
+            if let Err(error) = self.settle(lease, answers) {
+                unconfirmed.push(Unconfirmed { index, error });
+            }
+        }
+        unconfirmed
+    }
+
+    /// Sends `leases` to node `index` in chunks, a few at a time, each bounded by the node
+    /// timeout from its own sending; stops at the first failure. The replies, by chunk.
+    async fn renew_on(
+        &self,
+        index: usize,
+        node: &dyn LockNode,
+        leases: &[Arc<Lease>],
+        live: &[bool],
+        chunk: usize,
+    ) -> Vec<ChunkReply> {
+        let mut chunks = leases.chunks(chunk).zip(live.chunks(chunk));
+        let mut in_flight = FuturesOrdered::new();
+        let mut replies = Vec::with_capacity(leases.len().div_ceil(chunk));
+        let mut failed = false;
+        loop {
+            while in_flight.len() < CHUNKS_IN_FLIGHT && !failed {
+                let Some((leases, live)) = chunks.next() else {
+                    break;
+                };
+                in_flight.push_back(self.timed_chunk(index, node, leases, live));
+            }
+            let Some(reply) = in_flight.next().await else {
+                break;
+            };
+            failed |= reply.flags.is_err();
+            replies.push(reply);
+        }
+        let now = Instant::now();
+        for _ in chunks {
+            replies.push(ChunkReply {
+                sent: now,
+                answered: now,
+                flags: Err(NodeError::Connection(
+                    "not asked: it failed an earlier chunk of the round".to_owned(),
+                )),
+            });
+        }
+        replies
+    }
+
+    /// One chunk's request to node `index`, timed, and counted in the node's metrics.
+    async fn timed_chunk(
+        &self,
+        index: usize,
+        node: &dyn LockNode,
+        leases: &[Arc<Lease>],
+        live: &[bool],
+    ) -> ChunkReply {
+        let (ttl, timeout) = (self.config.key_ttl(), self.config.node_timeout());
+        let sent = Instant::now();
+        let flags = self.renew_chunk(node, leases, live, ttl, timeout).await;
+        let answered = Instant::now();
+        match &flags {
+            Ok(_) => self.observed.replied(index, answered - sent),
+            Err(error) => {
+                let counter = match error {
+                    NodeError::Timeout(_) => &self.counters.node_timeouts,
+                    _ => &self.counters.node_errors,
+                };
+                Counters::bump(counter);
+                self.observed.failed(index, error);
+            }
+        }
+        ChunkReply {
+            sent,
+            answered,
+            flags,
+        }
+    }
+
+    /// One chunk's request: the live leases of `leases` (a lease already expired is not
+    /// sent, and reads as refused), within `timeout`.
+    async fn renew_chunk(
+        &self,
+        node: &dyn LockNode,
+        leases: &[Arc<Lease>],
+        live: &[bool],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Vec<bool>, NodeError> {
+        let sent: Vec<usize> = (0..leases.len()).filter(|&i| live[i]).collect();
+        if sent.is_empty() {
+            return Ok(vec![false; leases.len()]);
+        }
+        let renewals: Vec<Renewal<'_>> = sent.iter().map(|&i| renewal(&leases[i])).collect();
+        let flags = tokio::time::timeout(timeout, node.extend_many(&renewals, ttl))
+            .await
+            .map_err(|_| NodeError::Timeout(timeout))??;
+        let mut all = vec![false; leases.len()];
+        for (i, flag) in sent.into_iter().zip(flags) {
+            all[i] = flag;
+        }
+        Ok(all)
+    }
+
+    /// Counts one lease's answers, one per node in the nodes' order (`None`: not asked),
+    /// and records the outcome in it; the error when the round decided nothing for it.
+    fn settle<'r>(
+        &self,
+        lease: &Lease,
+        answers: impl Iterator<Item = Option<(&'r ChunkReply, Result<bool, &'r NodeError>)>>,
+    ) -> Result<(), LockError> {
+        let old_deadline = lease.deadline();
+        let mut granted: Vec<(Instant, Instant)> = Vec::with_capacity(self.nodes.len());
+        let mut tally = self.empty_tally();
+        for (index, answer) in answers.enumerate() {
+            let name = || self.nodes[index].name().to_owned();
+            match answer {
+                Some((reply, Ok(true))) => granted.push((reply.sent, reply.answered)),
+                Some((_, Ok(false))) => tally.refused.push(name()),
+                Some((_, Err(error))) => tally.failures.push(NodeFailure {
+                    node: name(),
+                    error: error.clone(),
+                }),
+                None => tally.failures.push(NodeFailure {
+                    node: name(),
+                    error: NodeError::Connection("not asked".to_owned()),
+                }),
+            }
+        }
+        tally.granted = granted.len();
+        if tally.has_quorum() {
+            // Held on each of these nodes until at least its `sent + ttl`: on a quorum of
+            // them until the quorum-th latest send plus the TTL.
+            granted.sort_unstable_by_key(|(sent, _)| std::cmp::Reverse(*sent));
+            let from = granted[self.quorum - 1].0;
+            let mut answered: Vec<Instant> = granted.iter().map(|(_, at)| *at).collect();
+            answered.sort_unstable();
+            let confirmed = answered[self.quorum - 1];
+            if confirmed >= old_deadline {
+                // Confirmed too late: another owner may have held it meanwhile.
+                lease.end(LeaseEnd::Expired);
+                return Ok(());
+            }
+            return match self.config.deadline_from(from) {
+                Some(deadline) if deadline > confirmed => {
+                    lease.extended(from, deadline);
+                    Counters::bump(&self.counters.extended);
+                    Ok(())
+                }
+                _ => Err(LockError::ValidityExhausted {
+                    resource: lease.resource().to_owned(),
+                    elapsed: confirmed.saturating_duration_since(from),
+                    ttl: self.config.ttl(),
+                }),
+            };
+        }
+        let error = self.loss(lease.resource(), tally);
+        if matches!(error, LockError::NotHeld { .. }) {
+            lease.end(LeaseEnd::Lost(Box::new(error)));
+            return Ok(());
+        }
+        Err(error)
+    }
+}
+
+/// What the nodes are asked for `lease`: its keys under its token, with what lives beside
+/// them.
+fn renewal(lease: &Lease) -> Renewal<'_> {
+    let beside = match (&lease.listed_beside, lease.was_proclaimed()) {
+        (Some(name), _) => Beside::HolderList(name),
+        (None, true) => Beside::LeaderRecord,
+        (None, false) => Beside::Nothing,
+    };
+    Renewal {
+        keys: &lease.keys,
+        token: &lease.token,
+        beside,
+    }
+}

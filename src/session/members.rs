@@ -1,0 +1,212 @@
+//! The leases a session keeps alive, who may join, and when the next round is due.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::{LockError, SessionEnd};
+use crate::lease::Lease;
+use crate::quorum::Coordinator;
+
+/// The ids sessions are told apart by in their leases (0 is no session).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// How often a session extends its locks, and how many go in one request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cadence {
+    pub(crate) interval: Duration,
+    pub(crate) chunk: usize,
+}
+
+/// A session's members: a plain list of leases, one pointer each, so that a held lock costs
+/// the session 8 bytes. A lease is listed at most once: its `session` field names the
+/// session it is listed in, and changes only under this list's lock.
+pub(crate) struct Members {
+    id: u64,
+    /// The coordinator that extends the members: of the session's lock.
+    pub(crate) coordinator: Arc<Coordinator>,
+    pub(crate) cadence: Cadence,
+    state: Mutex<State>,
+    /// Wakes the keeper when a member joins whose round is due before the next one
+    /// planned, and when the session ends.
+    pub(crate) changed: Notify,
+    /// Wakes the waits for the session's end.
+    pub(crate) ending: Notify,
+}
+
+struct State {
+    leases: Vec<Arc<Lease>>,
+    /// When the next round is due.
+    next_round: Instant,
+    /// Why the session ended, once it has.
+    ended: Option<SessionEnd>,
+}
+
+impl Members {
+    /// No members of a session of `coordinator`'s locks; the first round due at
+    /// `next_round`.
+    pub(crate) fn new(
+        coordinator: Arc<Coordinator>,
+        cadence: Cadence,
+        next_round: Instant,
+    ) -> Self {
+        Members {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            coordinator,
+            cadence,
+            state: Mutex::new(State {
+                leases: Vec::new(),
+                next_round,
+                ended: None,
+            }),
+            changed: Notify::new(),
+            ending: Notify::new(),
+        }
+    }
+
+    /// Lists `lease`, granted by `coordinator`, among the session's locks: refused for a
+    /// lease of other nodes or another TTL, one that ended, or a session that did.
+    pub(crate) fn admit(
+        &self,
+        coordinator: &Coordinator,
+        lease: &Arc<Lease>,
+    ) -> Result<(), LockError> {
+        let refuse = |reason: String| LockError::Session {
+            resource: lease.resource().to_owned(),
+            reason,
+        };
+        if !coordinator.shares_nodes_with(&self.coordinator) {
+            return Err(LockError::ForeignGuard {
+                resource: lease.resource().to_owned(),
+            });
+        }
+        let (ours, theirs) = (self.coordinator.config(), coordinator.config());
+        if ours.ttl() != theirs.ttl()
+            || ours.key_ttl() != theirs.key_ttl()
+            || ours.max_validity() != theirs.max_validity()
+        {
+            return Err(refuse(format!(
+                "its TTL is {:?} (keys {:?}), the session's {:?} (keys {:?})",
+                theirs.ttl(),
+                theirs.key_ttl(),
+                ours.ttl(),
+                ours.key_ttl()
+            )));
+        }
+        if lease.state().end.is_some() || lease.was_passed() {
+            return Err(refuse("it is no longer held".to_owned()));
+        }
+        // Due an interval after it was won or last extended.
+        let due = lease
+            .state()
+            .acquired_at
+            .checked_add(self.cadence.interval)
+            .unwrap_or_else(Instant::now);
+        self.join(lease, due).map_err(|end| refuse(end.to_string()))
+    }
+
+    /// Lists `lease`, due for an extension at `due`; a lease listed already stays listed
+    /// once. Refused once the session ended, with why it did.
+    fn join(&self, lease: &Arc<Lease>, due: Instant) -> Result<(), SessionEnd> {
+        let mut state = self.lock();
+        if let Some(ended) = &state.ended {
+            return Err(ended.clone());
+        }
+        if lease.session() == self.id {
+            return Ok(());
+        }
+        lease.set_session(self.id);
+        state.leases.push(Arc::clone(lease));
+        if due < state.next_round {
+            state.next_round = due;
+            drop(state);
+            self.changed.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Takes `lease` off the list, if it is listed.
+    pub(crate) fn leave(&self, lease: &Lease) {
+        let mut state = self.lock();
+        if lease.session() != self.id {
+            return;
+        }
+        lease.set_session(0);
+        if let Some(at) = state
+            .leases
+            .iter()
+            .position(|listed| std::ptr::eq(&**listed, lease))
+        {
+            state.leases.swap_remove(at);
+        }
+    }
+
+    /// The members to extend now: the list, without the leases that ended (released,
+    /// lost, passed) or left, which it drops.
+    pub(crate) fn current(&self) -> Vec<Arc<Lease>> {
+        let mut state = self.lock();
+        let id = self.id;
+        state.leases.retain(|lease| {
+            let member =
+                lease.session() == id && !lease.was_passed() && lease.state().end.is_none();
+            if !member && lease.session() == id {
+                lease.set_session(0);
+            }
+            member
+        });
+        state.leases.clone()
+    }
+
+    /// How many leases are listed (some may have ended since the last round).
+    pub(crate) fn len(&self) -> usize {
+        self.lock().leases.len()
+    }
+
+    /// When the next round is due.
+    pub(crate) fn next_round(&self) -> Instant {
+        self.lock().next_round
+    }
+
+    /// Plans the next round at `at`, unless a member due earlier joined meanwhile.
+    pub(crate) fn plan(&self, at: Instant, since: Instant) {
+        let mut state = self.lock();
+        // A join during the round moved `next_round` before the round's start plus an
+        // interval only if it is due earlier still; keep that.
+        if state.next_round <= since || state.next_round > at {
+            state.next_round = at;
+        }
+    }
+
+    /// Ends the session (the first end recorded wins), and hands back every member, taken
+    /// off the list.
+    pub(crate) fn end(&self, end: SessionEnd) -> Vec<Arc<Lease>> {
+        let mut state = self.lock();
+        if state.ended.is_none() {
+            state.ended = Some(end);
+        }
+        let leases = std::mem::take(&mut state.leases);
+        for lease in &leases {
+            if lease.session() == self.id {
+                lease.set_session(0);
+            }
+        }
+        drop(state);
+        self.changed.notify_one();
+        self.ending.notify_waiters();
+        leases
+    }
+
+    /// Why the session ended, if it has.
+    pub(crate) fn ended(&self) -> Option<SessionEnd> {
+        self.lock().ended.clone()
+    }
+
+    /// The list, recovered from a poisoned mutex: every change is a push, a removal or a
+    /// take, none left half done by a panic.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,356 @@
+//! Sessions: one keep-alive for many held locks. One request per node per interval and
+//! chunk, each lock's validity counted from its own chunk's sending, each lock lost on its
+//! own, and the session's end when no quorum can be kept. (`tests/servers/session.rs`
+//! kills, freezes and edits real servers under a session.)
+
+use std::time::Duration;
+
+use quorumlock::sim::{Op, SimCluster};
+use quorumlock::{
+    Election, LeaseEnd, LockConfig, LockError, LockGuard, Redlock, RwLock, Semaphore, Session,
+    SessionEnd, SessionOptions,
+};
+use tokio::time::Instant;
+
+use crate::support::{all_keys, client, cluster, config, holding};
+
+const TTL: Duration = Duration::from_millis(300);
+
+/// The extension requests each node of `cluster` was sent: (plain ones, batched ones, the
+/// leases the batched ones carried).
+fn extensions(cluster: &SimCluster) -> Vec<(usize, usize, usize)> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            let log = node.log();
+            let plain = log
+                .iter()
+                .filter(|r| matches!(r.op, Op::Extend { .. }))
+                .count();
+            let batched: Vec<usize> = log
+                .iter()
+                .filter_map(|r| match r.op {
+                    Op::ExtendMany { leases, .. } => Some(leases),
+                    _ => None,
+                })
+                .collect();
+            (plain, batched.len(), batched.iter().sum())
+        })
+        .collect()
+}
+
+async fn hold(lock: &Redlock, session: &Session, count: usize) -> Vec<LockGuard> {
+    let mut guards = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut guard = lock.try_acquire(&format!("tenant:{i}")).await.unwrap();
+        session.keep(&mut guard).unwrap();
+        guards.push(guard);
+    }
+    guards
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_locks_cost_one_request_per_node_and_chunk_per_interval() {
+    let cluster = cluster(5);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::with_options(&lock, SessionOptions::default().chunk(100)).unwrap();
+    let guards = hold(&lock, &session, 250).await;
+    for node in cluster.nodes() {
+        node.clear_log();
+    }
+
+    // Four TTLs: twelve intervals of a third of the TTL.
+    tokio::time::sleep(TTL * 4).await;
+    for (index, (plain, batched, leases)) in extensions(&cluster).into_iter().enumerate() {
+        assert_eq!(plain, 0, "node {index}");
+        // 250 locks in chunks of 100: three requests per round, 12 rounds.
+        assert!((33..=36).contains(&batched), "node {index}: {batched}");
+        assert_eq!(leases, batched / 3 * 250, "node {index}");
+    }
+    for guard in &guards {
+        assert!(!guard.lost().is_lost(), "{}", guard.resource());
+        assert_eq!(holding(&cluster, guard), 5);
+        assert!(guard.validity() > TTL / 2, "{:?}", guard.validity());
+    }
+    assert_eq!(session.len(), 250);
+    assert!(session.ended().is_none());
+    drop(guards);
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(all_keys(&cluster), []);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_lock_counts_its_validity_from_when_its_own_chunk_was_sent() {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", config(TTL));
+    // One lock per request, four in flight per node, each request taking 5 ms at the
+    // node: the eighth lock's request goes out a request later than the first's.
+    let session = Session::with_options(&lock, SessionOptions::default().chunk(1)).unwrap();
+    let guards = hold(&lock, &session, 8).await;
+    for node in cluster.nodes() {
+        node.set_request_delay(Duration::from_millis(5));
+        node.clear_log();
+    }
+    let started = Instant::now();
+    tokio::time::sleep(TTL / 3 + Duration::from_millis(50)).await;
+
+    let sends: Vec<Vec<Instant>> = cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            node.log()
+                .iter()
+                .filter(|r| matches!(r.op, Op::ExtendMany { .. }))
+                .map(|r| r.sent_at)
+                .collect()
+        })
+        .collect();
+    let first = guards[0].acquired_at();
+    let last = guards[7].acquired_at();
+    assert!(first > started, "extended after the test's start");
+    assert!(last > first, "{last:?} is not after {first:?}");
+    for guard in &guards {
+        let from = guard.acquired_at();
+        // Counted from a moment one of its requests was sent, on a quorum of the nodes.
+        let sent_then = sends.iter().filter(|node| node.contains(&from)).count();
+        assert!(sent_then >= 1, "{}: {from:?} is no send", guard.resource());
+        assert_eq!(guard.deadline(), from + lock.config().max_validity());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_deleted_behind_the_sessions_back_ends_that_lock_alone() {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::new(&lock);
+    let guards = hold(&lock, &session, 3).await;
+    let (victim, others) = guards.split_first().unwrap();
+    // Gone from two of three nodes: no quorum can hold it.
+    cluster.node(0).evict(victim.key());
+    cluster.node(1).evict(victim.key());
+
+    let end = tokio::time::timeout(TTL / 2, victim.lost().wait())
+        .await
+        .expect("lost at the next round");
+    assert!(
+        matches!(&end, LeaseEnd::Lost(error) if matches!(**error, LockError::NotHeld { .. })),
+        "{end:?}"
+    );
+    // Before its deadline, at the round that found it gone.
+    assert!(Instant::now() < victim.deadline() || victim.is_expired());
+    tokio::time::sleep(TTL * 2).await;
+    for guard in others {
+        assert!(!guard.lost().is_lost(), "{}", guard.resource());
+        assert_eq!(holding(&cluster, guard), 3);
+    }
+    assert!(session.ended().is_none());
+    // One node without the key is a minority: the lock holds on the others.
+    cluster.node(2).evict(others[0].key());
+    tokio::time::sleep(TTL).await;
+    assert!(!others[0].lost().is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_taken_over_by_another_owner_ends_that_lock_alone() {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::new(&lock);
+    let guards = hold(&lock, &session, 2).await;
+    // Another owner holds the key on two nodes (it expired there and was taken).
+    let thief = quorumlock::LockToken::generate();
+    for node in [0, 1] {
+        cluster.node(node).evict(guards[0].key());
+        cluster.node(node).insert(guards[0].key(), &thief, TTL);
+    }
+    let end = tokio::time::timeout(TTL / 2, guards[0].lost().wait())
+        .await
+        .expect("lost at the next round");
+    assert!(matches!(end, LeaseEnd::Lost(_)), "{end:?}");
+    // The thief's keys were left alone.
+    for node in [0, 1] {
+        assert_eq!(cluster.node(node).get(guards[0].key()), Some(thief.clone()));
+    }
+    assert!(!guards[1].lost().is_lost());
+    assert!(session.ended().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn losing_a_majority_ends_the_session_and_its_locks_before_their_deadlines() {
+    let cluster = cluster(5);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::new(&lock);
+    let guards = hold(&lock, &session, 10).await;
+    let signal = session.end();
+    for i in 0..3 {
+        cluster.node(i).crash();
+    }
+    let deadline = guards.iter().map(LockGuard::deadline).max().unwrap();
+    let end = tokio::time::timeout(TTL * 2, signal.wait())
+        .await
+        .expect("the session ended");
+    assert!(matches!(end, SessionEnd::Lost(_)), "{end:?}");
+    assert!(Instant::now() < deadline, "before the last deadline");
+    for guard in &guards {
+        assert!(
+            matches!(guard.lost().ended(), Some(LeaseEnd::Lost(_))),
+            "{}",
+            guard.resource()
+        );
+    }
+    // An ended session takes no new lock.
+    for i in 0..3 {
+        cluster.node(i).restart(false);
+    }
+    let mut late = lock.try_acquire("late").await.unwrap();
+    assert!(matches!(
+        session.keep(&mut late),
+        Err(LockError::Session { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_down_costs_the_round_one_request_not_one_per_chunk() {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::with_options(&lock, SessionOptions::default().chunk(10)).unwrap();
+    let guards = hold(&lock, &session, 100).await;
+    cluster.node(2).crash();
+    for node in cluster.nodes() {
+        node.clear_log();
+    }
+    tokio::time::sleep(TTL * 2).await;
+    for guard in &guards {
+        assert!(!guard.lost().is_lost());
+        assert_eq!(holding(&cluster, guard), 2);
+    }
+    let sent = extensions(&cluster);
+    // Six rounds of ten chunks to each live node; the crashed one fails the first chunk
+    // of each round and is sent at most the few already in flight.
+    assert!(sent[0].1 >= 50, "{sent:?}");
+    assert!(sent[2].1 <= 6 * 4, "{sent:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_that_leaves_or_is_released_is_no_longer_extended() {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::new(&lock);
+    let mut guards = hold(&lock, &session, 3).await;
+    guards[0].leave_session();
+    let released = guards.remove(1);
+    released.release().await.unwrap();
+    let left_deadline = guards[0].deadline();
+    tokio::time::sleep(TTL / 3 + Duration::from_millis(20)).await;
+    assert_eq!(session.len(), 1, "pruned at the round");
+    assert_eq!(guards[0].deadline(), left_deadline, "not extended");
+    assert!(guards[1].deadline() > left_deadline, "extended");
+    // The one that left expires at its deadline; its lost signal says so.
+    assert_eq!(guards[0].lost().wait().await, LeaseEnd::Expired);
+    assert!(!guards[1].lost().is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_session_lets_its_locks_expire_and_close_releases_them() {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::new(&lock);
+    let kept = hold(&lock, &session, 2).await;
+    drop(session);
+    assert_eq!(kept[0].lost().wait().await, LeaseEnd::Expired);
+
+    let session = Session::new(&lock);
+    let mut guards = Vec::new();
+    for i in 0..3 {
+        guards.push(session.acquire(&format!("closed:{i}")).await.unwrap());
+    }
+    let signal = session.end();
+    session.close().await.unwrap();
+    assert_eq!(signal.ended(), Some(SessionEnd::Closed));
+    assert!(all_keys(&cluster)
+        .iter()
+        .all(|(_, key)| !key.contains("closed")));
+    for guard in guards {
+        assert!(guard.is_released());
+        assert_eq!(guard.lost().ended(), Some(LeaseEnd::Released));
+        guard.release().await.unwrap(); // already released: no request, no error
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_joining_late_brings_the_round_forward() {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::new(&lock);
+    let _early = hold(&lock, &session, 1).await;
+    // Acquired now, kept by the session only 90 ms later: due 10 ms after it joins,
+    // before the round the session planned (100 ms from its start).
+    let mut late = lock.try_acquire("late").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(90)).await;
+    let acquired = late.acquired_at();
+    session.keep(&mut late).unwrap();
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    assert!(
+        late.acquired_at() > acquired,
+        "extended within its third of the TTL"
+    );
+    tokio::time::sleep(TTL * 3).await;
+    assert!(!late.lost().is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guard_of_other_nodes_or_another_ttl_is_refused_and_kept_as_it_was() {
+    let cluster = cluster(3);
+    let lock = client(&cluster, "holder", config(TTL));
+    let session = Session::new(&lock);
+    let other_nodes = SimCluster::new(3).redlock(config(TTL)).unwrap();
+    let mut foreign = other_nodes.try_acquire("x").await.unwrap();
+    assert!(matches!(
+        session.keep(&mut foreign),
+        Err(LockError::ForeignGuard { .. })
+    ));
+    let factory = quorumlock::LockFactory::new(lock.clone());
+    let longer = factory.create_with_ttl("y", TTL * 2).unwrap();
+    let mut guard = longer.try_acquire().await.unwrap();
+    let refused = session.keep(&mut guard).unwrap_err();
+    assert!(matches!(refused, LockError::Session { .. }), "{refused}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn readers_permits_and_a_leadership_are_kept_with_what_lives_beside_them() {
+    let cluster = cluster(3);
+    let fenced = LockConfig::builder()
+        .ttl(TTL)
+        .node_timeout(TTL / 10)
+        .retry_count(0)
+        .fencing(true)
+        .build()
+        .unwrap();
+    let lock = client(&cluster, "family", fenced);
+    let session = Session::new(&lock);
+    let catalog = RwLock::new(lock.clone(), "catalog").unwrap();
+    let mut reader = catalog.try_read().await.unwrap();
+    session.keep(&mut reader).unwrap();
+    let pool = Semaphore::new(lock.clone(), "pool", 2).unwrap();
+    let mut permit = pool.try_acquire().await.unwrap();
+    session.keep(&mut permit).unwrap();
+    let election = Election::new(lock.clone(), "primary").unwrap();
+    let mut leadership = election.campaign("node-a").await.unwrap();
+    session.keep(&mut leadership).unwrap();
+
+    tokio::time::sleep(TTL * 4).await;
+    assert!(!reader.lost().is_lost());
+    assert!(!permit.lost().is_lost());
+    assert!(!leadership.lost().is_lost());
+    // A writer is still refused: the reader list lives as long as the reader.
+    assert!(catalog.try_write().await.is_err());
+    let leader = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(leader.value, "node-a");
+    for node in cluster.nodes() {
+        let list = node
+            .ttl(&catalog.readers_key())
+            .expect("the reader list lives");
+        assert!(list >= node.ttl(reader.key()).unwrap());
+    }
+}
