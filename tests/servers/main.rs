@@ -37,5 +37,6 @@ mod rwlock;
 mod script_host;
 mod semaphore;
 mod sentinel;
+mod session;
 mod single_node;
 mod tls;

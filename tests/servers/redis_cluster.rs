@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::common::{command_calls, eventually, TTL};
 use quorumlock::protocol::keys::counter_key;
-use quorumlock::{LockConfig, LockError, Nodes, RedisLock, Redlock};
+use quorumlock::{LockConfig, LockError, Nodes, RedisLock, Redlock, Session, SessionOptions};
 use quorumlock_testkit::{RedisCluster, ShardedCluster};
 
 async fn sharded(masters: usize, replicas: usize) -> ShardedCluster {
@@ -170,6 +170,34 @@ async fn one_cluster_as_a_redis_lock() {
         Some(second.fencing_token().unwrap().to_string())
     );
     second.release().await.unwrap();
+
+    // A session keeps locks in many slots alive: one call per slot in use (a script
+    // touches one slot), each routed to its slot's master.
+    let session = Session::with_options(
+        &lock,
+        SessionOptions::default().every(Duration::from_secs(1)),
+    )
+    .unwrap();
+    let mut kept = Vec::new();
+    for i in 0..24 {
+        kept.push(session.acquire(&format!("kept:{i}")).await.unwrap());
+    }
+    let acquired: Vec<_> = kept.iter().map(|guard| guard.acquired_at()).collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (guard, acquired) in kept.iter().zip(acquired) {
+        assert!(
+            guard.acquired_at() > acquired,
+            "{} not extended",
+            guard.resource()
+        );
+        assert!(!guard.lost().is_lost());
+        let pttl = cluster.pttl(guard.key()).await.unwrap();
+        assert!(pttl > 8_500, "{}: {pttl}", guard.key());
+    }
+    session.close().await.unwrap();
+    for guard in &kept {
+        assert_eq!(cluster.get(guard.key()).await.unwrap(), None);
+    }
 }
 
 #[tokio::test]
