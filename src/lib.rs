@@ -80,6 +80,10 @@
 //! # async fn export_everything() -> u64 { 0 }
 //! ```
 //!
+//! Many locks held at once (one per tenant, shard or device) are kept alive together by
+//! a [`Session`]: one task and one request per node per interval for all of them, each lock
+//! still extended, counted and lost on its own.
+//!
 //! The same pieces are available separately: [`LockGuard::auto_extend`] with [`AutoExtend`]
 //! (interval, cap on the total hold time) and [`LockGuard::lost`], a [`LostSignal`] to
 //! `select!` on, which fires before the deadline when extensions cannot be confirmed.

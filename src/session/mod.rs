@@ -115,7 +115,7 @@ impl SessionOptions {
 /// they run out (too many nodes down), it ends: every lock it kept is declared lost, and
 /// its own signal ([`ended`](Self::ended), [`end`](Self::end)) fires.
 ///
-/// - A guard joins with [`LockGuard::keep_alive_in`] (or [`acquire`](Self::acquire)
+/// - A lock joins with [`keep`](Self::keep) (or [`acquire`](Self::acquire)
 ///   here), which stops its watchdog, and leaves with [`LockGuard::leave_session`]; a
 ///   guard released or dropped leaves by itself.
 /// - Dropping the session lets go of its locks: they are no longer extended, and each
