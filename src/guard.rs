@@ -151,7 +151,7 @@ impl LockGuard {
 
     /// Whether [`release`](Self::release) already ran for this guard.
     pub fn is_released(&self) -> bool {
-        self.released || self.lease.is_released()
+        self.released || self.closed_by_session()
     }
 
     /// A signal that fires when this lock is lost; see [`LostSignal`].
@@ -198,6 +198,13 @@ impl LockGuard {
             shared.leave(&self.lease);
             self.keeper = Keeper::Nothing;
         }
+    }
+
+    /// Whether the lock's session released it ([`Session::close`](crate::Session::close)):
+    /// asked only of a guard kept by a session, so that the release and the drop of every
+    /// other guard take no lock of the lease's state for it.
+    fn closed_by_session(&self) -> bool {
+        matches!(self.keeper, Keeper::Session(_)) && self.lease.is_released()
     }
 
     /// Stops whatever keeps the lock alive: the watchdog is aborted, the session left.
@@ -249,7 +256,7 @@ impl LockGuard {
 
     /// Releases once; later calls return `Ok(())` without touching the nodes.
     pub(crate) async fn release_in_place(&mut self) -> Result<(), LockError> {
-        if self.released || self.lease.is_released() {
+        if self.released || self.closed_by_session() {
             // Released here before, or by its session's `close`.
             self.released = true;
             return Ok(());
@@ -292,10 +299,11 @@ impl Drop for LockGuard {
         // A watchdog is aborted. A session finds the lease ended (released or passed) at
         // its next round, so the guard need not take it off the list, a search of the
         // whole list; only a lease left held (no auto-release) is taken off.
+        // Released by its guard, or by its session's `close`.
+        let settled = self.released || self.closed_by_session();
         let keeper = std::mem::replace(&mut self.keeper, Keeper::Nothing);
         let lease = &self.lease;
-        if !self.released
-            && !lease.is_released()
+        if !settled
             && self.coordinator.config().auto_release()
             && !self.coordinator.pass_to_waiter(lease)
         {
@@ -303,7 +311,7 @@ impl Drop for LockGuard {
             self.coordinator.release_in_background(Arc::clone(lease));
         }
         if let Keeper::Session(shared) = keeper {
-            if lease.state().end.is_none() && !lease.was_passed() {
+            if !lease.has_ended() && !lease.was_passed() {
                 shared.leave(lease);
             }
         }

@@ -335,6 +335,11 @@ impl Lease {
         self.lock_state().clone()
     }
 
+    /// Whether an end was recorded (released, expired, lost), without copying the state.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.lock_state().end.is_some()
+    }
+
     /// When the acquisition round that took the lease began.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) fn acquired_at(&self) -> Instant {

@@ -253,7 +253,7 @@ pub enum NodeRequest<'a> {
     /// chunk of them), not one per lock.
     ///
     /// Unsupported, each renewal is sent as its own request (see
-    /// [`extend_many`](super::LockNode::call)).
+    /// `extend_many` among the typed calls on `dyn LockNode`).
     ExtendMany {
         /// The leases to extend.
         renewals: &'a [Renewal<'a>],
@@ -286,27 +286,6 @@ pub enum Beside<'a> {
     /// The leader record written under the token: as
     /// [`ExtendLeader`](NodeRequest::ExtendLeader).
     LeaderRecord,
-}
-
-impl<'a> Renewal<'a> {
-    /// The single request that extends this renewal alone.
-    pub fn request(self, ttl: Duration) -> NodeRequest<'a> {
-        let Renewal {
-            keys,
-            token,
-            beside,
-        } = self;
-        match beside {
-            Beside::Nothing => NodeRequest::Extend { keys, token, ttl },
-            Beside::HolderList(name) => NodeRequest::ExtendListed {
-                keys,
-                token,
-                ttl,
-                name,
-            },
-            Beside::LeaderRecord => NodeRequest::ExtendLeader { keys, token, ttl },
-        }
-    }
 }
 
 impl NodeRequest<'_> {

@@ -59,7 +59,7 @@ impl Coordinator {
         let started = Instant::now();
         let live: Vec<bool> = leases
             .iter()
-            .map(|lease| lease.deadline() > started && lease.state().end.is_none())
+            .map(|lease| lease.deadline() > started && !lease.has_ended())
             .collect();
         let mut rounds = Vec::with_capacity(self.nodes.len());
         for (index, node) in self.nodes.iter().enumerate() {
@@ -68,7 +68,7 @@ impl Coordinator {
         let replies = futures::future::join_all(rounds).await;
         let mut unconfirmed = Vec::new();
         for (index, lease) in leases.iter().enumerate() {
-            if lease.was_passed() || lease.state().end.is_some() {
+            if lease.was_passed() || lease.has_ended() {
                 continue;
             }
             if !live[index] {
@@ -144,7 +144,9 @@ impl Coordinator {
         let flags = self.renew_chunk(node, leases, live, ttl, timeout).await;
         let answered = Instant::now();
         match &flags {
-            Ok(_) => self.observed.replied(index, answered - sent),
+            Ok(_) => self
+                .observed
+                .replied(index, answered.saturating_duration_since(sent)),
             Err(error) => {
                 let counter = match error {
                     NodeError::Timeout(_) => &self.counters.node_timeouts,

@@ -64,11 +64,11 @@ pub(crate) async fn keep(members: Arc<Members>) {
             if left <= margin.saturating_add(retry) {
                 let error = Box::new(unconfirmed.error);
                 for member in members.end(SessionEnd::Lost(error.clone())) {
-                    if member.state().end.is_none() {
+                    if !member.has_ended() {
                         member.end(LeaseEnd::Lost(error.clone()));
                     }
                 }
-                if lease.state().end.is_none() {
+                if !lease.has_ended() {
                     lease.end(LeaseEnd::Lost(error));
                 }
                 return;

@@ -96,7 +96,7 @@ impl Members {
                 ours.key_ttl()
             )));
         }
-        if lease.state().end.is_some() || lease.was_passed() {
+        if lease.has_ended() || lease.was_passed() {
             return Err(refuse("it is no longer held".to_owned()));
         }
         // Due an interval after it was won or last extended.
@@ -150,8 +150,7 @@ impl Members {
         let mut state = self.lock();
         let id = self.id;
         state.leases.retain(|lease| {
-            let member =
-                lease.session() == id && !lease.was_passed() && lease.state().end.is_none();
+            let member = lease.session() == id && !lease.was_passed() && !lease.has_ended();
             if !member && lease.session() == id {
                 lease.set_session(0);
             }

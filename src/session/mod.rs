@@ -240,7 +240,7 @@ impl Session {
         let coordinator = &self.members.coordinator;
         let releases = leases
             .iter()
-            .filter(|lease| lease.state().end.is_none())
+            .filter(|lease| !lease.has_ended())
             .map(|lease| {
                 lease.end(crate::error::LeaseEnd::Released);
                 coordinator.release(lease)
