@@ -45,16 +45,24 @@ pub(crate) struct Lease {
     state: Mutex<LeaseState>,
     /// Woken on every change of `state`; see [`LostSignal::wait`].
     changed: Notify,
-    /// The keys on the nodes, which outlive this lease when it is passed to another task
-    /// of the process (see `quorum::cohorts`): kept in the lease that won them on the
-    /// nodes (no allocation of its own per lock), which the leases it is passed to point
-    /// at.
-    custody: Custody,
+    /// The custody of the keys on the nodes, which outlive this lease when it is passed
+    /// to another task of the process (see `quorum::cohorts`): kept in the lease that won
+    /// them on the nodes (no allocation of its own per lock), which the leases it is passed
+    /// to point at. Whether they were given up (released or lost, which a pass is not)...
+    keys_ended: AtomicBool,
+    /// ... and what the release's unlock found on each node, kept only while the
+    /// acquisition's late `SET`s are settled in the background (see [`Unlocks`]), which
+    /// few leases need: boxed, so that the others do not carry it. (Two fields rather than
+    /// a struct of both, which would pad the flag to eight bytes in every held lock.)
+    unlocks: Option<Box<Unlocks>>,
     /// The first lease of the run, whose custody this one shares; `None` for that one.
     run_head: Option<Arc<Lease>>,
-    /// Where this lease stands in its cohort: the passes before it, and when the first
-    /// holder won the lock on the nodes.
-    pub(crate) run: CohortRun,
+    /// Where this lease stands in its cohort run (a lock won on the nodes once, then
+    /// passed from task to task, see `quorum::cohorts`): when the round that won it on the
+    /// nodes began, and how many times it was passed since. Two fields rather than a
+    /// struct of both, which would pad the count to eight bytes in every held lock.
+    pub(crate) run_started: Instant,
+    pub(crate) passes: u32,
     /// Set when the lease was passed on: its holder holds nothing any more, while the keys
     /// stay on the nodes for the next.
     passed: AtomicBool,
@@ -67,26 +75,6 @@ pub(crate) struct Lease {
     /// The session that keeps this lease alive, by its id; 0 for none (see
     /// [`Session`](crate::Session)). Changed only under that session's list of members.
     session: AtomicU64,
-}
-
-/// A run of holders of one lock in one process: the lock won on the nodes once, then
-/// passed from task to task (see `quorum::cohorts`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CohortRun {
-    /// When the round that won the lock on the nodes began.
-    pub(crate) started: Instant,
-    /// How many times it was passed since.
-    pub(crate) passes: u32,
-}
-
-/// The lock's keys on the nodes, shared by every lease of one cohort run: whether they
-/// were given up (released or lost, which a pass is not), and what the release's unlock
-/// found on each node.
-struct Custody {
-    ended: AtomicBool,
-    /// Kept only while the acquisition's late `SET`s are settled in the background (see
-    /// [`Unlocks`]), which few leases need: boxed, so that the others do not carry it.
-    unlocks: Option<Box<Unlocks>>,
 }
 
 /// What the release's unlock found on each node, so that a `SET` of the acquisition that
@@ -192,21 +180,17 @@ impl Lease {
         Lease {
             counters,
             name: resources.name.clone(),
-            keys: Arc::clone(&resources.keys),
+            keys: resources.keys.clone(),
             token,
             fencing_token: None,
             tally,
             state: Mutex::new(state),
             changed: Notify::new(),
-            custody: Custody {
-                ended: AtomicBool::new(false),
-                unlocks: None,
-            },
+            keys_ended: AtomicBool::new(false),
+            unlocks: None,
             run_head: None,
-            run: CohortRun {
-                started: acquired_at,
-                passes: 0,
-            },
+            run_started: acquired_at,
+            passes: 0,
             passed: AtomicBool::new(false),
             listed_beside: None,
             proclaimed: AtomicBool::new(false),
@@ -217,7 +201,7 @@ impl Lease {
     /// Keeps a record of what the release's unlocks find on each of `nodes` nodes, for a
     /// background task that settles the acquisition's late `SET`s.
     pub(crate) fn tracking_unlocks(mut self, nodes: usize) -> Self {
-        self.custody.unlocks = Some(Box::new(Unlocks::new(nodes)));
+        self.unlocks = Some(Box::new(Unlocks::new(nodes)));
         self
     }
 
@@ -234,15 +218,12 @@ impl Lease {
     /// Whether the keys on the nodes were given up: released, or lost, by this lease or
     /// by one it was passed to. A late `SET` that lands then must be undone.
     pub(crate) fn keys_given_up(&self) -> bool {
-        self.custody().ended.load(Ordering::Acquire)
+        self.custody().keys_ended.load(Ordering::Acquire)
     }
 
-    /// The custody of the keys: this lease's own, or the run's first lease's.
-    fn custody(&self) -> &Custody {
-        match &self.run_head {
-            Some(head) => &head.custody,
-            None => &self.custody,
-        }
+    /// The lease in custody of the keys: this one, or the run's first.
+    fn custody(&self) -> &Lease {
+        self.run_head.as_deref().unwrap_or(self)
     }
 
     /// Whether this lease was passed on to another task of the process.
@@ -266,7 +247,7 @@ impl Lease {
         Lease {
             counters: Arc::clone(&self.counters),
             name: self.name.clone(),
-            keys: Arc::clone(&self.keys),
+            keys: self.keys.clone(),
             token: self.token.clone(),
             fencing_token: self.fencing_token,
             tally: Arc::clone(&self.tally),
@@ -276,15 +257,11 @@ impl Lease {
                 end: None,
             }),
             changed: Notify::new(),
-            custody: Custody {
-                ended: AtomicBool::new(false),
-                unlocks: None,
-            },
+            keys_ended: AtomicBool::new(false),
+            unlocks: None,
             run_head: Some(Arc::clone(self.run_head.as_ref().unwrap_or(self))),
-            run: CohortRun {
-                started: self.run.started,
-                passes: self.run.passes.saturating_add(1),
-            },
+            run_started: self.run_started,
+            passes: self.passes.saturating_add(1),
             passed: AtomicBool::new(false),
             listed_beside: self.listed_beside.clone(),
             proclaimed: AtomicBool::new(self.was_proclaimed()),
@@ -384,7 +361,7 @@ impl Lease {
             Counters::bump(&self.counters.lost);
             tracing::warn!(resource = self.resource(), %end, "lock lost");
         }
-        self.custody().ended.store(true, Ordering::Release);
+        self.custody().keys_ended.store(true, Ordering::Release);
         self.record_end(end);
     }
 

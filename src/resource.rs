@@ -39,8 +39,71 @@ pub(crate) enum KeyLayout {
     OneSlot,
 }
 
-/// The Redis keys of one lock: one per resource, sorted.
-pub(crate) type Keys = Arc<[Arc<str>]>;
+/// The Redis keys of one lock: one per resource, sorted. Read as a slice of keys.
+///
+/// A lock of one resource, nearly every lock, keeps its key alone, not in a list of one:
+/// a held lock keeps its keys for its life, and the list would be an allocation of its
+/// own (32 bytes) in every one.
+#[derive(Clone)]
+pub(crate) enum Keys {
+    One(Arc<str>),
+    Many(Arc<[Arc<str>]>),
+}
+
+impl std::ops::Deref for Keys {
+    type Target = [Arc<str>];
+
+    fn deref(&self) -> &[Arc<str>] {
+        match self {
+            Keys::One(key) => std::slice::from_ref(key),
+            Keys::Many(keys) => keys,
+        }
+    }
+}
+
+impl FromIterator<Arc<str>> for Keys {
+    fn from_iter<I: IntoIterator<Item = Arc<str>>>(keys: I) -> Self {
+        let mut keys: Vec<Arc<str>> = keys.into_iter().collect();
+        if keys.len() == 1 {
+            if let Some(key) = keys.pop() {
+                return Keys::One(key);
+            }
+        }
+        Keys::Many(keys.into())
+    }
+}
+
+impl From<Vec<Arc<str>>> for Keys {
+    fn from(keys: Vec<Arc<str>>) -> Self {
+        keys.into_iter().collect()
+    }
+}
+
+impl<const N: usize> From<[Arc<str>; N]> for Keys {
+    fn from(keys: [Arc<str>; N]) -> Self {
+        keys.into_iter().collect()
+    }
+}
+
+impl PartialEq for Keys {
+    fn eq(&self, other: &Keys) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Keys {}
+
+impl std::hash::Hash for Keys {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state);
+    }
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
 
 /// The resources of one lock: a name for errors and logs, and their Redis keys.
 pub(crate) struct Resources {
@@ -115,7 +178,7 @@ impl Resources {
                     start: start as u32,
                     end: (start + name.len()) as u32,
                 },
-                keys: Arc::new([key]),
+                keys: Keys::One(key),
             });
         }
         let mut names: Vec<&str> = resources.to_vec();

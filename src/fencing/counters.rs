@@ -85,7 +85,7 @@ impl FencingCounters {
     pub(crate) fn of(self, keys: &Keys) -> (Keys, Keys) {
         let own: Keys = keys.iter().map(|key| Arc::from(counter_key(key))).collect();
         let FencingCounters::Shared { buckets } = self else {
-            return (Arc::clone(&own), own);
+            return (own.clone(), own);
         };
         let mut indices: Vec<u32> = keys
             .iter()

@@ -89,7 +89,7 @@ impl HandOff {
     /// `timeout`; a reservation it had goes to the next in line.
     pub(crate) async fn leave_queues(&self, keys: &Keys, waiter: &LockToken, timeout: Duration) {
         let in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |node| {
-            let keys = Arc::clone(keys);
+            let keys = keys.clone();
             let waiter = waiter.clone();
             async move { node.leave_queue(&keys, &waiter).await }
         });

@@ -35,7 +35,7 @@ impl LocalQueues {
         if contended.len() >= CONTENTION_KEYS_KEPT {
             contended.retain(|_, seen| now.saturating_duration_since(*seen) < CONTENTION_MEMORY);
         }
-        contended.insert(Arc::clone(keys), now);
+        contended.insert(keys.clone(), now);
     }
 
     /// Whether `keys` were found held within the last [`CONTENTION_MEMORY`].
@@ -52,11 +52,11 @@ impl LocalQueues {
 
     /// Waits for this process's turn to contend for `keys`.
     pub(crate) async fn turn(self: &Arc<Self>, keys: &Keys) -> LocalTurn {
-        let queue = Arc::clone(lock(&self.queues).entry(Arc::clone(keys)).or_default());
+        let queue = Arc::clone(lock(&self.queues).entry(keys.clone()).or_default());
         let guard = queue.lock_owned().await;
         LocalTurn {
             queues: Arc::clone(self),
-            keys: Arc::clone(keys),
+            keys: keys.clone(),
             guard: Some(guard),
         }
     }

@@ -114,7 +114,7 @@ impl Waiter {
         };
         let mut waiter = Waiter {
             hand_off: Arc::clone(hand_off),
-            keys: Arc::clone(keys),
+            keys: keys.clone(),
             deadline,
             fair: config.fair(),
             notify_releases: config.notify_releases(),
@@ -237,7 +237,7 @@ impl Waiter {
         self.queued = Some(PlaceInLine {
             armed: Some((
                 Arc::clone(&self.hand_off),
-                Arc::clone(&self.keys),
+                self.keys.clone(),
                 waiter,
                 self.node_timeout,
             )),

@@ -83,7 +83,7 @@ impl Coordinator {
         claim: Option<&Claim>,
     ) -> Result<Arc<Lease>, LockError> {
         let resource = resources.name();
-        let keys = Arc::clone(&resources.keys);
+        let keys = resources.keys.clone();
         let token = LockToken::generate();
         let waiter = asking.waiter();
         // If this future is dropped mid-round, the nodes that said yes are unlocked in the
@@ -92,7 +92,7 @@ impl Coordinator {
         let mut cleanup = UnlockOnDrop {
             armed: Some((
                 Arc::clone(self),
-                Arc::clone(&keys),
+                keys.clone(),
                 token.clone(),
                 waiter.clone(),
             )),
@@ -129,7 +129,7 @@ impl Coordinator {
         // orders readers after every earlier writer.
         let fenced = match claim {
             Some(Claim::Shared { writer }) => Keys::from([Arc::clone(writer)]),
-            _ => Arc::clone(&keys),
+            _ => keys.clone(),
         };
         match self.confirm(resource, &fenced, tally, started).await {
             Ok((deadline, fencing_token)) => {

@@ -83,7 +83,7 @@ impl<B> Cohorts<B> {
     pub(crate) fn seat(self: &Arc<Self>, keys: &Keys, terms: Terms) -> Seat<B> {
         Seat {
             cohorts: Arc::clone(self),
-            line: (Arc::clone(keys), terms),
+            line: (keys.clone(), terms),
             contending: Arc::new(AtomicBool::new(false)),
             sitting: Mutex::new(Sitting::Standing { waker: None }),
         }
@@ -93,7 +93,7 @@ impl<B> Cohorts<B> {
     /// Free while no line is open: the map is not hashed into when empty.
     pub(crate) fn has_line(&self, keys: &Keys, terms: Terms) -> bool {
         let lines = lock(&self.lines);
-        !lines.is_empty() && lines.contains_key(&(Arc::clone(keys), terms))
+        !lines.is_empty() && lines.contains_key(&(keys.clone(), terms))
     }
 
     /// Puts a place for `contending` in `line`: its id, and where its baton arrives.
@@ -272,7 +272,7 @@ mod tests {
     #[test]
     fn a_seat_joins_its_line_only_once_it_sits_down() {
         let cohorts = Arc::new(Cohorts::<()>::default());
-        let keys: Keys = Arc::from(vec![Arc::<str>::from("quorumlock:k")]);
+        let keys = Keys::from(vec![Arc::<str>::from("quorumlock:k")]);
         let ttl = (Duration::from_secs(30), Duration::from_secs(30));
         let seat = cohorts.seat(&keys, ttl);
         assert!(
@@ -286,7 +286,7 @@ mod tests {
         assert!(!cohorts.has_line(&keys, (secs(10), secs(10))));
         // Another lock-delay (the same TTL, a longer expiry) is another line.
         assert!(!cohorts.has_line(&keys, (secs(30), secs(35))));
-        assert_eq!(lock(&cohorts.lines)[&(Arc::clone(&keys), ttl)].len(), 1);
+        assert_eq!(lock(&cohorts.lines)[&(keys.clone(), ttl)].len(), 1);
         drop(seat);
         assert!(
             !cohorts.has_line(&keys, ttl),

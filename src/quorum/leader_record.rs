@@ -1,8 +1,6 @@
 //! An election leader's record, written beside the lock key on a quorum of nodes while
 //! the leader holds the lock, and read back from a quorum.
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 
 use super::stragglers::finish_in_background;
@@ -52,7 +50,7 @@ impl Coordinator {
     ) -> Result<Vec<String>, LockError> {
         let timeout = self.config.node_timeout();
         let mut in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |node| {
-            let keys = Arc::clone(keys);
+            let keys = keys.clone();
             async move { node.read_proclamation(&keys).await }
         });
         let mut tally = self.empty_tally();

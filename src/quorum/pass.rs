@@ -21,7 +21,7 @@ impl Baton {
             .lease
             .as_ref()
             .expect("a baton holds its lease until taken");
-        (Arc::clone(&lease.keys), self.coordinator.config().terms())
+        (lease.keys.clone(), self.coordinator.config().terms())
     }
 
     /// The receiver's lease: the same keys and token, one pass further in the run, with
@@ -32,7 +32,7 @@ impl Baton {
         Counters::bump(&self.coordinator.counters().passed);
         tracing::debug!(
             resource = lease.resource(),
-            passes = lease.run.passes,
+            passes = lease.passes,
             "lock passed within the process"
         );
         lease
@@ -86,13 +86,12 @@ impl Coordinator {
     /// the longest validity left for the next holder.
     fn may_pass(&self, lease: &Lease) -> bool {
         let config = self.config();
-        if !config.cohorts() || lease.run.passes >= config.cohort_passes() {
+        if !config.cohorts() || lease.passes >= config.cohort_passes() {
             return false;
         }
         let now = Instant::now();
         let in_window = lease
-            .run
-            .started
+            .run_started
             .checked_add(config.cohort_window())
             .is_some_and(|closes| now < closes);
         in_window

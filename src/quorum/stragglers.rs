@@ -81,7 +81,7 @@ impl Coordinator {
         let timeout = self.config.node_timeout();
         let leave = |index: usize| {
             let node = Arc::clone(&self.nodes[index]);
-            let keys = Arc::clone(&lease.keys);
+            let keys = lease.keys.clone();
             let waiter = waiter.clone();
             async move {
                 if let Some(waiter) = waiter {

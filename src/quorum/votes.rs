@@ -92,7 +92,7 @@ impl Coordinator {
     ) -> InFlight {
         let timeout = self.config.node_timeout();
         Round::fan_out(&self.nodes, indices, timeout, |node| {
-            let keys = Arc::clone(keys);
+            let keys = keys.clone();
             let token = token.clone();
             let command = command.clone();
             async move {
@@ -254,7 +254,7 @@ impl CounterQuorum for Coordinator {
     async fn ask(&self, counters: &Keys, request: CounterRequest) -> Result<u64, Tally> {
         let timeout = self.config.node_timeout();
         let mut in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |node| {
-            let counters = Arc::clone(counters);
+            let counters = counters.clone();
             async move {
                 match request {
                     CounterRequest::Read => node.read_counter(&counters).await,

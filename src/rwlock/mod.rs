@@ -278,13 +278,13 @@ impl RwLock {
                 let claim = Claim::Shared {
                     writer: Arc::clone(&self.writer),
                 };
-                (Arc::new([Arc::from(entry)]) as _, claim)
+                (crate::resource::Keys::One(Arc::from(entry)), claim)
             }
             Side::Write => {
                 let waiting = (blocking && self.writer_preference)
                     .then(|| crate::handoff::waiter_interest(self.lock.config()));
                 let claim = Claim::Exclusive { waiting };
-                (Arc::new([Arc::clone(&self.writer)]) as _, claim)
+                (crate::resource::Keys::One(Arc::clone(&self.writer)), claim)
             }
         };
         let resources = Resources {
