@@ -41,8 +41,8 @@ pub(crate) struct Unconfirmed {
 }
 
 impl Coordinator {
-    /// Extends every lease of `leases` on every node, `chunk` leases per request, and
-    /// records each one's outcome in it: its new deadline, or its end when the lock proved
+    /// Extends every lease of `leases` on every node, `chunk` leases per request, each
+    /// request given `timeout` from its sending, and records each one's outcome in it: its new deadline, or its end when the lock proved
     /// gone ([`LockError::NotHeld`]) or its deadline passed first. Returns the leases it
     /// could not decide either way.
     ///
@@ -54,7 +54,12 @@ impl Coordinator {
     ///
     /// An extension never creates a key, so a round dropped midway leaves nothing behind:
     /// the leases it did not record keep their deadlines.
-    pub(crate) async fn renew(&self, leases: &[Arc<Lease>], chunk: usize) -> Vec<Unconfirmed> {
+    pub(crate) async fn renew(
+        &self,
+        leases: &[Arc<Lease>],
+        chunk: usize,
+        timeout: Duration,
+    ) -> Vec<Unconfirmed> {
         let chunk = chunk.max(1);
         let started = Instant::now();
         let live: Vec<bool> = leases
@@ -63,7 +68,7 @@ impl Coordinator {
             .collect();
         let mut rounds = Vec::with_capacity(self.nodes.len());
         for (index, node) in self.nodes.iter().enumerate() {
-            rounds.push(self.renew_on(index, &**node, leases, &live, chunk));
+            rounds.push(self.renew_on(index, &**node, leases, &live, chunk, timeout));
         }
         let replies = futures::future::join_all(rounds).await;
         let mut unconfirmed = Vec::new();
@@ -91,8 +96,8 @@ impl Coordinator {
         unconfirmed
     }
 
-    /// Sends `leases` to node `index` in chunks, a few at a time, each bounded by the node
-    /// timeout from its own sending; stops at the first failure. The replies, by chunk.
+    /// Sends `leases` to node `index` in chunks, a few at a time, each bounded by `timeout`
+    /// from its own sending; stops at the first failure. The replies, by chunk.
     async fn renew_on(
         &self,
         index: usize,
@@ -100,6 +105,7 @@ impl Coordinator {
         leases: &[Arc<Lease>],
         live: &[bool],
         chunk: usize,
+        timeout: Duration,
     ) -> Vec<ChunkReply> {
         let mut chunks = leases.chunks(chunk).zip(live.chunks(chunk));
         let mut in_flight = FuturesOrdered::new();
@@ -110,7 +116,7 @@ impl Coordinator {
                 let Some((leases, live)) = chunks.next() else {
                     break;
                 };
-                in_flight.push_back(self.timed_chunk(index, node, leases, live));
+                in_flight.push_back(self.timed_chunk(index, node, leases, live, timeout));
             }
             let Some(reply) = in_flight.next().await else {
                 break;
@@ -138,8 +144,9 @@ impl Coordinator {
         node: &dyn LockNode,
         leases: &[Arc<Lease>],
         live: &[bool],
+        timeout: Duration,
     ) -> ChunkReply {
-        let (ttl, timeout) = (self.config.key_ttl(), self.config.node_timeout());
+        let ttl = self.config.key_ttl();
         let sent = Instant::now();
         let flags = self.renew_chunk(node, leases, live, ttl, timeout).await;
         let answered = Instant::now();

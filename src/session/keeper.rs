@@ -3,6 +3,7 @@
 //! ones a round could not confirm.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -10,19 +11,27 @@ use super::members::Members;
 use crate::error::{LeaseEnd, SessionEnd};
 use crate::lease::Lease;
 
-/// Extends the members of `members` every `cadence.interval` (from the start of one round
-/// to the next; a member that joins due earlier brings the round forward) until the
-/// session ends. A lease a round could not confirm is tried again after a short retry
-/// while its validity lasts; once one of them has too little left for another round, the
-/// session can no longer keep a quorum for its locks, and it ends: every member is
-/// declared lost, before its deadline rather than at it.
+/// Extends the members of `members` until the session ends, so that each lock is extended
+/// within `cadence.interval` of its last extension: a round starts that much after the
+/// previous one, less a lead (as long as the last round took, and one retry), since a lock
+/// in a late chunk is sent later in its round, and one the round could not confirm is
+/// sent again after a retry. A member that joins due earlier brings the round forward.
+///
+/// A lease a round could not confirm is tried again soon, then less and less often, while
+/// its validity lasts; once one of them has too little left for another try, the session
+/// can no longer keep a quorum for its locks, and it ends: every member is declared lost,
+/// before its deadline rather than at it.
 pub(crate) async fn keep(members: Arc<Members>) {
     let (coordinator, cadence) = (&members.coordinator, members.cadence);
     let config = coordinator.config();
-    let retry = config.node_timeout().max(config.ttl() / 20);
-    // As the watchdog's: a round takes at most a node timeout per chunk in flight, and
-    // below this margin an extension can no longer be confirmed in time.
-    let margin = config.node_timeout().saturating_mul(2);
+    // The first retry comes after two node timeouts, so that a glitch costs a lock some
+    // 100 ms of its interval; later ones back off to a twentieth of the TTL, so that a
+    // majority down is not sent every lock ten times a second.
+    let first_retry = cadence.first_retry;
+    let last_retry = first_retry.max(config.ttl() / 20);
+    let margin = cadence.margin();
+    let mut lead = cadence.lead(Duration::ZERO);
+    let mut retry = first_retry;
     let mut retrying: Vec<Arc<Lease>> = Vec::new();
     let mut retry_at: Option<Instant> = None;
     loop {
@@ -37,15 +46,17 @@ pub(crate) async fn keep(members: Arc<Members>) {
         if members.ended().is_some() {
             return;
         }
-        let now = Instant::now();
-        let leases = if now >= members.next_round() {
-            let Some(next) = now.checked_add(cadence.interval) else {
+        let started = Instant::now();
+        let full = started >= members.next_round();
+        let leases = if full {
+            let Some(next) = started.checked_add(cadence.interval - lead) else {
                 return; // a round 30 days off cannot be planned, nor is it needed
             };
-            members.plan(next, now);
+            members.plan(next, started, lead);
             retrying.clear();
+            retry = first_retry;
             members.current()
-        } else if retry_at.is_some_and(|retry_at| now >= retry_at) {
+        } else if retry_at.is_some_and(|retry_at| started >= retry_at) {
             std::mem::take(&mut retrying)
         } else {
             continue;
@@ -56,8 +67,17 @@ pub(crate) async fn keep(members: Arc<Members>) {
         }
         // Boxed for the round only: the keeper sleeps most of its life, and would
         // otherwise keep room for the whole round the while.
-        let unconfirmed = Box::pin(coordinator.renew(&leases, cadence.chunk)).await;
+        let unconfirmed =
+            Box::pin(coordinator.renew(&leases, cadence.chunk, cadence.request_timeout)).await;
         let now = Instant::now();
+        if full {
+            // Planned again with this round's lead: a round much slower than the one
+            // before (a busy machine) brings the next one forward by as much.
+            lead = cadence.lead(now.saturating_duration_since(started));
+            if let Some(next) = started.checked_add(cadence.interval - lead) {
+                members.plan(next, started, lead);
+            }
+        }
         for unconfirmed in unconfirmed {
             let lease = &leases[unconfirmed.index];
             let left = lease.deadline().saturating_duration_since(now);
@@ -77,6 +97,7 @@ pub(crate) async fn keep(members: Arc<Members>) {
         }
         if !retrying.is_empty() {
             retry_at = now.checked_add(retry);
+            retry = retry.saturating_mul(2).min(last_retry);
         }
     }
 }

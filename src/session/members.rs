@@ -19,6 +19,38 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct Cadence {
     pub(crate) interval: Duration,
     pub(crate) chunk: usize,
+    /// How long one node may take to answer one request of a round: a node timeout, or a
+    /// twentieth of the interval if longer. A request carries a chunk of locks, not one
+    /// (some 20 KB and hundreds of key operations in a script), and four wait on each
+    /// connection: on a busy machine a node timeout made for one command is missed now
+    /// and then, and a node that misses one is not sent the rest of the round. Waiting
+    /// longer costs no safety, since each lock's validity counts from the request's
+    /// sending and a confirmation after its old deadline is refused.
+    pub(crate) request_timeout: Duration,
+    /// The first retry of a lock a round could not confirm: two node timeouts.
+    pub(crate) first_retry: Duration,
+    pub(crate) node_timeout: Duration,
+}
+
+impl Cadence {
+    /// How long before a lock is due a round starts, after a round that took `round`:
+    /// twice that, the first retry and a node timeout, at most a quarter of the interval.
+    /// A lock in the round's last chunk is sent as long as the round takes after its
+    /// start; one the round could not confirm (a node slow for one chunk is not sent the
+    /// rest of the round) is sent again after the round, the retry and as long again.
+    pub(crate) fn lead(&self, round: Duration) -> Duration {
+        round
+            .saturating_mul(2)
+            .saturating_add(self.first_retry)
+            .saturating_add(self.node_timeout)
+            .min(self.interval / 4)
+    }
+
+    /// Below this much validity left, a lock's extension can no longer be confirmed in
+    /// time: two request timeouts.
+    pub(crate) fn margin(&self) -> Duration {
+        self.request_timeout.saturating_mul(2)
+    }
 }
 
 /// A session's members: a plain list of leases, one pointer each, so that a held lock costs
@@ -41,6 +73,9 @@ struct State {
     leases: Vec<Arc<Lease>>,
     /// When the next round is due.
     next_round: Instant,
+    /// How long before a lock's extension is due its round starts: the last round's
+    /// length and one retry (see `keeper::keep`).
+    lead: Duration,
     /// Why the session ended, once it has.
     ended: Option<SessionEnd>,
 }
@@ -60,6 +95,7 @@ impl Members {
             state: Mutex::new(State {
                 leases: Vec::new(),
                 next_round,
+                lead: cadence.lead(Duration::ZERO),
                 ended: None,
             }),
             changed: Notify::new(),
@@ -99,18 +135,16 @@ impl Members {
         if lease.has_ended() || lease.was_passed() {
             return Err(refuse("it is no longer held".to_owned()));
         }
-        // Due an interval after it was won or last extended.
-        let due = lease
-            .state()
-            .acquired_at
-            .checked_add(self.cadence.interval)
-            .unwrap_or_else(Instant::now);
-        self.join(lease, due).map_err(|end| refuse(end.to_string()))
+        // Its extension is due an interval after it was won or last extended; its round
+        // starts the lead before that.
+        let extended = lease.state().acquired_at;
+        self.join(lease, extended)
+            .map_err(|end| refuse(end.to_string()))
     }
 
-    /// Lists `lease`, due for an extension at `due`; a lease listed already stays listed
-    /// once. Refused once the session ended, with why it did.
-    fn join(&self, lease: &Arc<Lease>, due: Instant) -> Result<(), SessionEnd> {
+    /// Lists `lease`, last extended (or won) at `extended`; a lease listed already stays
+    /// listed once. Refused once the session ended, with why it did.
+    fn join(&self, lease: &Arc<Lease>, extended: Instant) -> Result<(), SessionEnd> {
         let mut state = self.lock();
         if let Some(ended) = &state.ended {
             return Err(ended.clone());
@@ -120,6 +154,11 @@ impl Members {
         }
         lease.set_session(self.id);
         state.leases.push(Arc::clone(lease));
+        let due = extended
+            .checked_add(self.cadence.interval)
+            .map_or(extended, |due| {
+                due.checked_sub(state.lead).unwrap_or(extended)
+            });
         if due < state.next_round {
             state.next_round = due;
             drop(state);
@@ -169,9 +208,11 @@ impl Members {
         self.lock().next_round
     }
 
-    /// Plans the next round at `at`, unless a member due earlier joined meanwhile.
-    pub(crate) fn plan(&self, at: Instant, since: Instant) {
+    /// Plans the next round at `at`, unless a member due earlier joined meanwhile, and
+    /// records the `lead` that rounds start with before a lock is due.
+    pub(crate) fn plan(&self, at: Instant, since: Instant, lead: Duration) {
         let mut state = self.lock();
+        state.lead = lead;
         // A join during the round moved `next_round` before the round's start plus an
         // interval only if it is due earlier still; keep that.
         if state.next_round <= since || state.next_round > at {

@@ -65,9 +65,14 @@ impl SessionOptions {
     /// a larger one would keep every other client of the node waiting for milliseconds.
     pub const MAX_CHUNK: usize = 4096;
 
-    /// Extends every `interval`, from the start of one round to the start of the next,
-    /// instead of every third of the TTL. Clamped to at most half the TTL; at least
+    /// Extends each lock within `interval` of its last extension (or of its acquisition),
+    /// instead of within a third of the TTL. Clamped to at most half the TTL; at least
     /// [`AutoExtend::min_interval`] of the lock's configuration.
+    ///
+    /// Rounds start a little more often than that: each one as early as the last round
+    /// took, plus one retry (two node timeouts) and a node timeout, at most a quarter of the
+    /// interval, so that a lock in a round's last chunk, or one a round sent again once, is
+    /// still extended in time.
     pub fn every(mut self, interval: Duration) -> Self {
         self.interval = Some(interval);
         self
@@ -96,9 +101,13 @@ impl SessionOptions {
 
     fn cadence(&self, config: &crate::LockConfig) -> Cadence {
         let ttl = config.ttl();
+        let interval = self.interval.unwrap_or(ttl / 3).min(ttl / 2);
         Cadence {
-            interval: self.interval.unwrap_or(ttl / 3).min(ttl / 2),
+            interval,
             chunk: self.chunk,
+            request_timeout: config.node_timeout().max(interval / 20),
+            first_retry: config.node_timeout().saturating_mul(2),
+            node_timeout: config.node_timeout(),
         }
     }
 }
