@@ -7,6 +7,7 @@
 //! ```text
 //! cargo bench --bench keepalive                         # 1k, 10k, 100k locks, 60 s each
 //! cargo bench --bench keepalive -- --locks 10000 --hold 20
+//! cargo bench --bench keepalive -- --locks 10000 --keepers session   # one contender
 //! QUORUMLOCK_BENCH_SMOKE=1 cargo bench --bench keepalive  # 1,000 locks for 3 s, checked
 //! ```
 //!
@@ -14,18 +15,20 @@
 //! `total_commands_processed`, so every request any client sends counts alike), the client
 //! CPU per held lock per second (the process's user and system time while the locks are
 //! held, acquisition excluded), the heap bytes per held lock (live bytes of a counting
-//! allocator, relative to the connected client before the first acquisition), the locks
-//! lost, and the longest gap between two extensions of one lock. The gaps are read by a
-//! poll of every lock once a second, which costs every contender the same.
+//! allocator, relative to the connected client before the first acquisition, sampled once
+//! a second: the median, what the locks cost between rounds, and the peak, with a round's
+//! buffers), the locks lost, and the longest gap between two extensions of one lock. The
+//! gaps are read by a poll of every guard once a second on a thread of its own, whose CPU
+//! and memory are the harness's and left out (rslock's loop times its own rounds).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use quorumlock::{AutoExtend, LockConfig, LockGuard, Redlock, Session};
+use quorumlock::{AutoExtend, LockConfig, LockGuard, Redlock, Session, SessionOptions};
 use quorumlock_testkit::RedisCluster;
 use tokio::time::Instant;
 
@@ -68,6 +71,14 @@ enum Keeper {
 impl Keeper {
     const ALL: [Keeper; 3] = [Keeper::Watchdogs, Keeper::Session, Keeper::RslockLoop];
 
+    fn name(self) -> &'static str {
+        match self {
+            Keeper::Watchdogs => "watchdogs",
+            Keeper::Session => "session",
+            Keeper::RslockLoop => "rslock",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Keeper::Watchdogs => "quorumlock, a watchdog per guard",
@@ -79,6 +90,9 @@ impl Keeper {
 
 struct Options {
     locks: Vec<usize>,
+    keepers: Vec<Keeper>,
+    /// The session's locks per request.
+    chunk: usize,
     hold: Duration,
     ttl: Duration,
     smoke: bool,
@@ -93,6 +107,8 @@ impl Options {
             } else {
                 vec![1_000, 10_000, 100_000]
             },
+            keepers: Keeper::ALL.to_vec(),
+            chunk: SessionOptions::DEFAULT_CHUNK,
             hold: Duration::from_secs(if smoke { 3 } else { 60 }),
             ttl: Duration::from_secs(if smoke { 3 } else { 30 }),
             smoke,
@@ -107,11 +123,27 @@ impl Options {
                         .map(|n| n.parse().map_err(|_| format!("--locks: {n:?}")))
                         .collect::<Result<_, _>>()?
                 }
+                "--keepers" => {
+                    options.keepers = value()?
+                        .split(',')
+                        .map(|name| {
+                            Keeper::ALL
+                                .into_iter()
+                                .find(|keeper| keeper.name() == name)
+                                .ok_or(format!("--keepers: {name:?} (watchdogs, session, rslock)"))
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "--chunk" => {
+                    options.chunk = value()?
+                        .parse()
+                        .map_err(|_| "--chunk: a number of locks per request".to_owned())?
+                }
                 "--hold" => options.hold = Duration::from_secs(seconds(&value()?)?),
                 "--ttl" => options.ttl = Duration::from_secs(seconds(&value()?)?),
                 "--bench" => {}
                 "--help" => {
-                    return Err("options: --locks N[,N..] --hold SECONDS --ttl SECONDS".into())
+                    return Err("options: --locks N[,N..] --keepers watchdogs,session,rslock --chunk LOCKS --hold SECONDS --ttl SECONDS".into())
                 }
                 other => return Err(format!("unknown option {other:?}")),
             }
@@ -132,7 +164,10 @@ struct Measured {
     held_for: Duration,
     requests_per_sec: f64,
     cpu_us_per_lock_sec: f64,
+    /// The median of the samples: what the locks cost between rounds.
     heap_per_lock: f64,
+    /// The largest sample: with a round's buffers, when one was running.
+    heap_peak_per_lock: f64,
     lost: usize,
     longest_gap: Duration,
 }
@@ -171,16 +206,17 @@ async fn run(options: &Options) -> bool {
     );
     let mut all = Vec::new();
     for &locks in &options.locks {
-        for keeper in Keeper::ALL {
+        for &keeper in &options.keepers {
             cluster.flush_all().await.expect("flush");
             let measured = measure(&cluster, &urls, keeper, locks, options).await;
             println!(
-                "{:>7} locks  {:<34} {:>9.0} node requests/s  {:>7.3} µs CPU per lock-second  {:>5.0} B per lock  {} lost  longest gap {:?}",
+                "{:>7} locks  {:<34} {:>9.0} node requests/s  {:>7.3} µs CPU per lock-second  {:>5.0} B per lock (peak {:.0} B)  {} lost  longest gap {:?}",
                 measured.locks,
                 keeper.label(),
                 measured.requests_per_sec,
                 measured.cpu_us_per_lock_sec,
                 measured.heap_per_lock,
+                measured.heap_peak_per_lock,
                 measured.lost,
                 measured.longest_gap
             );
@@ -225,25 +261,28 @@ async fn run(options: &Options) -> bool {
 fn table(all: &[Measured], options: &Options) -> String {
     let mut out = format!(
         "TTL {:?}, held {:?} per row; node requests over all {NODES} nodes.\n\n\
-         | locks | kept by | node requests/s | CPU per lock-second | heap per lock | lost | longest gap |\n\
+         | locks | kept by | node requests/s | CPU per lock-second | heap per lock (peak) | lost | longest gap |\n\
          |---|---|---|---|---|---|---|\n",
         options.ttl, options.hold
     );
     for m in all {
         out += &format!(
-            "| {} | {} | {:.0} | {:.3} µs | {:.0} B | {} | {:.2} s |\n",
+            "| {} | {} | {:.0} | {:.3} µs | {:.0} B ({:.0} B) | {} | {:.2} s |\n",
             m.locks,
             m.keeper.label(),
             m.requests_per_sec,
             m.cpu_us_per_lock_sec,
             m.heap_per_lock,
+            m.heap_peak_per_lock,
             m.lost,
             m.longest_gap.as_secs_f64()
         );
     }
     out += "\n| locks | watchdogs / session: node requests/s | CPU | heap |\n|---|---|---|---|\n";
-    for pair in all.chunks(3) {
-        let [watchdogs, session, _] = pair else {
+    for size in all.chunk_by(|a, b| a.locks == b.locks) {
+        let find = |keeper| size.iter().find(|m| m.keeper == keeper);
+        let (Some(watchdogs), Some(session)) = (find(Keeper::Watchdogs), find(Keeper::Session))
+        else {
             continue;
         };
         out += &format!(
@@ -275,16 +314,24 @@ async fn measure(
                 let guard = lock.acquire(&format!("warm:{i}")).await.expect("warm-up");
                 guard.release().await.expect("warm-up release");
             }
+            // The gap poll's record is the harness's, not a held lock's: taken before the
+            // baseline.
+            let last: Vec<Instant> = Vec::with_capacity(locks);
             let baseline = LIVE.load(Ordering::Relaxed);
-            let mut guards: Vec<LockGuard> = stream::iter(0..locks)
-                .map(|i| {
-                    let lock = &lock;
-                    async move { lock.acquire(&format!("keep:{i}")).await.expect("acquire") }
-                })
-                .buffer_unordered(64)
-                .collect()
-                .await;
-            let session = (keeper == Keeper::Session).then(|| Session::new(&lock));
+            // Room for exactly the guards, as a service that knows how many it holds
+            // would take (collected, the vector would double past them).
+            let mut guards: Vec<LockGuard> = Vec::with_capacity(locks);
+            let mut acquired = stream::iter(0..locks)
+                .map(|i| acquire(&lock, i))
+                .buffer_unordered(64);
+            while let Some(guard) = acquired.next().await {
+                guards.push(guard);
+            }
+            drop(acquired);
+            let session = (keeper == Keeper::Session).then(|| {
+                let options = SessionOptions::default().chunk(options.chunk);
+                Session::with_options(&lock, options).expect("--chunk")
+            });
             for guard in &mut guards {
                 match &session {
                     Some(session) => session.keep(guard).expect("joins"),
@@ -293,22 +340,13 @@ async fn measure(
                         .expect("the default interval"),
                 }
             }
+            let guards = Arc::new(guards);
             let watch = Watch::start(cluster).await;
-            let mut last: Vec<Instant> = guards.iter().map(LockGuard::acquired_at).collect();
-            let mut longest = Duration::ZERO;
-            let mut heap = 0;
-            while watch.started.elapsed() < options.hold {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                for (guard, last) in guards.iter().zip(&mut last) {
-                    let now = guard.acquired_at();
-                    if now != *last {
-                        longest = longest.max(now.saturating_duration_since(*last));
-                        *last = now;
-                    }
-                }
-                heap = heap.max(LIVE.load(Ordering::Relaxed).saturating_sub(baseline));
-            }
+            let poll = Poll::start(Arc::clone(&guards), last);
+            let heap = sample_heap(&watch, options.hold, baseline).await;
             let (held_for, requests_per_sec, cpu) = watch.stop(cluster).await;
+            let (longest, poll_cpu) = poll.stop().await;
+            let guards = Arc::into_inner(guards).expect("the poll let go of the guards");
             let lost = guards.iter().filter(|guard| guard.lost().is_lost()).count();
             drop(session);
             stream::iter(guards)
@@ -321,7 +359,7 @@ async fn measure(
                 locks,
                 held_for,
                 requests_per_sec,
-                cpu,
+                cpu.saturating_sub(poll_cpu),
                 heap,
                 lost,
                 longest,
@@ -330,7 +368,8 @@ async fn measure(
         Keeper::RslockLoop => {
             let manager = rslock::LockManager::new(urls.to_vec());
             let baseline = LIVE.load(Ordering::Relaxed);
-            let held: Vec<rslock::Lock> = stream::iter(0..locks)
+            let mut held: Vec<rslock::Lock> = Vec::with_capacity(locks);
+            let mut acquired = stream::iter(0..locks)
                 .map(|i| {
                     let manager = &manager;
                     let ttl = options.ttl;
@@ -341,9 +380,11 @@ async fn measure(
                             .expect("rslock acquires")
                     }
                 })
-                .buffer_unordered(64)
-                .collect()
-                .await;
+                .buffer_unordered(64);
+            while let Some(lock) = acquired.next().await {
+                held.push(lock);
+            }
+            drop(acquired);
             let held = Arc::new(held);
             let lost = Arc::new(AtomicUsize::new(0));
             let gaps = Arc::new(Mutex::new(Duration::ZERO));
@@ -369,11 +410,7 @@ async fn measure(
                 })
             };
             let watch = Watch::start(cluster).await;
-            let mut heap = 0;
-            while watch.started.elapsed() < options.hold {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                heap = heap.max(LIVE.load(Ordering::Relaxed).saturating_sub(baseline));
-            }
+            let heap = sample_heap(&watch, options.hold, baseline).await;
             let (held_for, requests_per_sec, cpu) = watch.stop(cluster).await;
             extender.abort();
             let longest = *gaps.lock().unwrap();
@@ -391,6 +428,23 @@ async fn measure(
                 lost,
                 longest,
             )
+        }
+    }
+}
+
+/// Lock `keep:{i}`, tried again a few times: on a loaded machine a node may time out, and
+/// a lock not won is a fact to report, not a panic.
+async fn acquire(lock: &Redlock, i: usize) -> LockGuard {
+    let resource = format!("keep:{i}");
+    let mut tries = 0;
+    loop {
+        match lock.acquire(&resource).await {
+            Ok(guard) => return guard,
+            Err(err) if tries < 5 => {
+                tries += 1;
+                eprintln!("keepalive: {resource}: {err}; trying again");
+            }
+            Err(err) => panic!("keepalive: {resource} not acquired after {tries} tries: {err}"),
         }
     }
 }
@@ -416,7 +470,7 @@ fn measured(
     held_for: Duration,
     requests_per_sec: f64,
     cpu: Duration,
-    heap: usize,
+    heap: Heap,
     lost: usize,
     longest_gap: Duration,
 ) -> Measured {
@@ -426,9 +480,74 @@ fn measured(
         held_for,
         requests_per_sec,
         cpu_us_per_lock_sec: cpu.as_secs_f64() * 1e6 / (locks as f64 * held_for.as_secs_f64()),
-        heap_per_lock: heap as f64 / locks as f64,
+        heap_per_lock: heap.median as f64 / locks as f64,
+        heap_peak_per_lock: heap.peak as f64 / locks as f64,
         lost,
         longest_gap,
+    }
+}
+
+/// The live heap over a hold, relative to the baseline: the median and the largest of one
+/// sample a second.
+struct Heap {
+    median: usize,
+    peak: usize,
+}
+
+/// Samples the heap once a second until `hold` has passed since `watch` started.
+async fn sample_heap(watch: &Watch, hold: Duration, baseline: usize) -> Heap {
+    let mut samples = Vec::new();
+    while watch.started.elapsed() < hold {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        samples.push(LIVE.load(Ordering::Relaxed).saturating_sub(baseline));
+    }
+    samples.sort_unstable();
+    Heap {
+        median: samples.get(samples.len() / 2).copied().unwrap_or(0),
+        peak: samples.last().copied().unwrap_or(0),
+    }
+}
+
+/// The poll of every guard's last extension, once a second, on a thread of its own, so
+/// that its CPU (the same for every contender that polls) can be left out of theirs.
+struct Poll {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(Duration, Duration)>,
+}
+
+impl Poll {
+    fn start(guards: Arc<Vec<LockGuard>>, mut last: Vec<Instant>) -> Poll {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let cpu_before = thread_cpu();
+                last.extend(guards.iter().map(LockGuard::acquired_at));
+                let mut longest = Duration::ZERO;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    for (guard, last) in guards.iter().zip(&mut last) {
+                        let now = guard.acquired_at();
+                        if now != *last {
+                            longest = longest.max(now.saturating_duration_since(*last));
+                            *last = now;
+                        }
+                    }
+                }
+                drop(guards);
+                (longest, thread_cpu().saturating_sub(cpu_before))
+            })
+        };
+        Poll { stop, thread }
+    }
+
+    /// The longest gap between two extensions of one lock, and the poll's CPU.
+    async fn stop(self) -> (Duration, Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread;
+        tokio::task::spawn_blocking(move || thread.join().expect("the poll"))
+            .await
+            .expect("the poll's join")
     }
 }
 
@@ -464,16 +583,7 @@ impl Watch {
 async fn commands(cluster: &RedisCluster) -> u64 {
     let mut total = 0;
     for node in cluster.nodes() {
-        let client = node.client().expect("a client");
-        let mut connection = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut connection)
-            .await
-            .expect("INFO commandstats");
+        let info = commandstats(node).await;
         for command in ["evalsha", "eval"] {
             let prefix = format!("cmdstat_{command}:calls=");
             total += info
@@ -486,9 +596,47 @@ async fn commands(cluster: &RedisCluster) -> u64 {
     total
 }
 
+/// `INFO commandstats` of `node`, asked again a few times: a node busy with 100,000
+/// watchdogs' extensions may miss a connection's deadline.
+async fn commandstats(node: &quorumlock_testkit::RedisProcess) -> String {
+    let mut tries = 0;
+    loop {
+        let asked = async {
+            let client = node.client().map_err(|err| err.to_string())?;
+            let mut connection = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|err| err.to_string())?;
+            redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async::<String>(&mut connection)
+                .await
+                .map_err(|err| err.to_string())
+        };
+        match asked.await {
+            Ok(info) => return info,
+            Err(err) if tries < 10 => {
+                tries += 1;
+                eprintln!("keepalive: INFO commandstats: {err}; asking again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err) => panic!("keepalive: INFO commandstats failed {tries} times: {err}"),
+        }
+    }
+}
+
 /// The process's user and system time so far.
 fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    cpu_of("/proc/self/stat")
+}
+
+/// The calling thread's user and system time so far.
+fn thread_cpu() -> Duration {
+    cpu_of("/proc/thread-self/stat")
+}
+
+fn cpu_of(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).expect(path);
     // Fields after the command name (in parentheses, which may hold spaces): utime and
     // stime are the 12th and 13th, in USER_HZ (100 on every Linux ABI Rust targets).
     let rest = &stat[stat.rfind(')').expect("a command name") + 2..];
