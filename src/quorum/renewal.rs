@@ -72,6 +72,9 @@ impl Coordinator {
         }
         let replies = futures::future::join_all(rounds).await;
         let mut unconfirmed = Vec::new();
+        // One scratch for every lease's count: a round settles thousands of leases, and
+        // would otherwise allocate for each.
+        let mut scratch = Scratch::default();
         for (index, lease) in leases.iter().enumerate() {
             if lease.was_passed() || lease.has_ended() {
                 continue;
@@ -89,7 +92,7 @@ impl Coordinator {
                     )
                 })
             });
-            if let Err(error) = self.settle(lease, answers) {
+            if let Err(error) = self.settle(lease, answers, &mut scratch) {
                 unconfirmed.push(Unconfirmed { index, error });
             }
         }
@@ -201,34 +204,29 @@ impl Coordinator {
         &self,
         lease: &Lease,
         answers: impl Iterator<Item = Option<(&'r ChunkReply, Result<bool, &'r NodeError>)>>,
+        scratch: &mut Scratch<'r>,
     ) -> Result<(), LockError> {
         let old_deadline = lease.deadline();
-        let mut granted: Vec<(Instant, Instant)> = Vec::with_capacity(self.nodes.len());
-        let mut tally = self.empty_tally();
-        for (index, answer) in answers.enumerate() {
-            let name = || self.nodes[index].name().to_owned();
-            match answer {
-                Some((reply, Ok(true))) => granted.push((reply.sent, reply.answered)),
-                Some((_, Ok(false))) => tally.refused.push(name()),
-                Some((_, Err(error))) => tally.failures.push(NodeFailure {
-                    node: name(),
-                    error: error.clone(),
-                }),
-                None => tally.failures.push(NodeFailure {
-                    node: name(),
-                    error: NodeError::Connection("not asked".to_owned()),
-                }),
-            }
+        scratch.answers.clear();
+        scratch.answers.extend(answers);
+        scratch.sent.clear();
+        scratch.answered.clear();
+        for (reply, _) in scratch
+            .answers
+            .iter()
+            .flatten()
+            .filter(|(_, flag)| matches!(flag, Ok(true)))
+        {
+            scratch.sent.push(reply.sent);
+            scratch.answered.push(reply.answered);
         }
-        tally.granted = granted.len();
-        if tally.has_quorum() {
+        if scratch.sent.len() >= self.quorum {
             // Held on each of these nodes until at least its `sent + ttl`: on a quorum of
             // them until the quorum-th latest send plus the TTL.
-            granted.sort_unstable_by_key(|(sent, _)| std::cmp::Reverse(*sent));
-            let from = granted[self.quorum - 1].0;
-            let mut answered: Vec<Instant> = granted.iter().map(|(_, at)| *at).collect();
-            answered.sort_unstable();
-            let confirmed = answered[self.quorum - 1];
+            scratch.sent.sort_unstable_by(|a, b| b.cmp(a));
+            let from = scratch.sent[self.quorum - 1];
+            scratch.answered.sort_unstable();
+            let confirmed = scratch.answered[self.quorum - 1];
             if confirmed >= old_deadline {
                 // Confirmed too late: another owner may have held it meanwhile.
                 lease.end(LeaseEnd::Expired);
@@ -247,6 +245,24 @@ impl Coordinator {
                 }),
             };
         }
+        // No quorum: the tally, with the nodes' names, only now.
+        let mut tally = self.empty_tally();
+        tally.granted = scratch.sent.len();
+        for (index, answer) in scratch.answers.iter().enumerate() {
+            let name = || self.nodes[index].name().to_owned();
+            match answer {
+                Some((_, Ok(true))) => {}
+                Some((_, Ok(false))) => tally.refused.push(name()),
+                Some((_, Err(error))) => tally.failures.push(NodeFailure {
+                    node: name(),
+                    error: (*error).clone(),
+                }),
+                None => tally.failures.push(NodeFailure {
+                    node: name(),
+                    error: NodeError::Connection("not asked".to_owned()),
+                }),
+            }
+        }
         let error = self.loss(lease.resource(), tally);
         if matches!(error, LockError::NotHeld { .. }) {
             lease.end(LeaseEnd::Lost(Box::new(error)));
@@ -254,6 +270,14 @@ impl Coordinator {
         }
         Err(error)
     }
+}
+
+/// What `settle` counts a lease's answers in, kept from one lease to the next.
+#[derive(Default)]
+struct Scratch<'r> {
+    answers: Vec<Option<(&'r ChunkReply, Result<bool, &'r NodeError>)>>,
+    sent: Vec<Instant>,
+    answered: Vec<Instant>,
 }
 
 /// What the nodes are asked for `lease`: its keys under its token, with what lives beside
