@@ -596,15 +596,19 @@ async fn commands(cluster: &RedisCluster) -> u64 {
     total
 }
 
-/// `INFO commandstats` of `node`, asked again a few times: a node busy with 100,000
-/// watchdogs' extensions may miss a connection's deadline.
+/// `INFO commandstats` of `node`, asked again a few times if it still fails.
 async fn commandstats(node: &quorumlock_testkit::RedisProcess) -> String {
     let mut tries = 0;
     loop {
         let asked = async {
             let client = node.client().map_err(|err| err.to_string())?;
+            // Generous deadlines: a node busy with 100,000 watchdogs' extensions on a
+            // loaded machine answers an INFO in seconds, not redis-rs's default 500 ms.
+            let patient = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(10)))
+                .set_response_timeout(Some(Duration::from_secs(30)));
             let mut connection = client
-                .get_multiplexed_async_connection()
+                .get_multiplexed_async_connection_with_config(&patient)
                 .await
                 .map_err(|err| err.to_string())?;
             redis::cmd("INFO")
