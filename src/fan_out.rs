@@ -12,11 +12,14 @@
 //! it. On tokio's multi-thread runtime a task woken while it runs is rescheduled as a yield,
 //! which wakes a parked worker: two futex calls and a thread hop per round, on every
 //! acquire and release (see docs/design.md, "Where we wrote our own").
+//!
+//! Like a `FuturesUnordered`, though, each request has a waker of its own (see
+//! [`Woken`]), so that a wake polls only the requests that were woken.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -25,6 +28,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::error::NodeError;
 use crate::node::LockNode;
+use crate::woken::Woken;
 
 /// The nodes of a lock, shared by every lock instance derived from the same connections.
 pub(crate) type NodeSet = Arc<[Arc<dyn LockNode>]>;
@@ -36,7 +40,7 @@ pub(crate) type Reply<T> = (usize, Result<T, NodeError>, Duration);
 pub(crate) struct Round<T> {
     /// The requests not answered yet, at the same positions as their nodes in
     /// `waiting_on`.
-    requests: Vec<BoxFuture<'static, Result<T, NodeError>>>,
+    requests: Woken<BoxFuture<'static, Result<T, NodeError>>>,
     /// The nodes that have not answered yet, in the order they were asked.
     waiting_on: Vec<usize>,
     started: Instant,
@@ -50,7 +54,7 @@ impl<T: Send + 'static> Round<T> {
     /// for requests to `nodes` nodes.
     fn with_capacity(timeout: Duration, nodes: usize) -> Self {
         Round {
-            requests: Vec::with_capacity(nodes),
+            requests: Woken::with_capacity(nodes),
             waiting_on: Vec::with_capacity(nodes),
             started: Instant::now(),
             timeout,
@@ -124,7 +128,7 @@ impl<T: Send + 'static> Round<T> {
         });
         // Cancel safety: an answer is taken from its request only when it is returned.
         futures::future::poll_fn(|cx| {
-            if let Poll::Ready((position, reply)) = poll_first(requests, cx) {
+            if let Poll::Ready((position, reply)) = requests.poll_woken(cx) {
                 let index = waiting_on.remove(position);
                 return Poll::Ready(Some((index, reply, started.elapsed())));
             }
@@ -133,7 +137,7 @@ impl<T: Send + 'static> Round<T> {
             }
             // Past the deadline: the silent nodes time out, one answer each, and their
             // requests are abandoned.
-            drop(requests.remove(0));
+            requests.remove(0);
             let index = waiting_on.remove(0);
             Poll::Ready(Some((index, Err(NodeError::Timeout(timeout)), timeout)))
         })
@@ -159,7 +163,7 @@ impl<T: Send + 'static> Round<T> {
 /// An output is taken from its future only when it is returned.
 pub(crate) fn poll_first<F: Future + Unpin>(
     futures: &mut Vec<F>,
-    cx: &mut std::task::Context<'_>,
+    cx: &mut Context<'_>,
 ) -> Poll<(usize, F::Output)> {
     for position in 0..futures.len() {
         if let Poll::Ready(output) = Pin::new(&mut futures[position]).poll(cx) {
@@ -192,7 +196,7 @@ pub(crate) fn spawn_detached(future: impl Future<Output = ()> + Send + 'static) 
 #[cfg(test)]
 pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Context, Wake, Waker};
+    use std::task::{Wake, Waker};
 
     use super::*;
 
@@ -215,6 +219,48 @@ pub(crate) mod tests {
         fn wake_by_ref(self: &Arc<Self>) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// A request that is pending until `answer` comes, counting its polls.
+    fn counted(
+        polls: &Arc<AtomicUsize>,
+        answer: tokio::sync::oneshot::Receiver<usize>,
+    ) -> impl Future<Output = Result<usize, NodeError>> + Send + 'static {
+        let polls = Arc::clone(polls);
+        let mut answer = answer;
+        futures::future::poll_fn(move |cx| {
+            polls.fetch_add(1, Ordering::SeqCst);
+            Pin::new(&mut answer)
+                .poll(cx)
+                .map(|answer| Ok(answer.expect("sent")))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_wake_polls_only_the_request_that_was_woken() {
+        let mut round: Round<usize> = Round::with_capacity(Duration::from_secs(60), 5);
+        let polls: Vec<_> = (0..5).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+        let mut senders = Vec::new();
+        for (index, polls) in polls.iter().enumerate() {
+            let (sender, answer) = tokio::sync::oneshot::channel();
+            senders.push(Some(sender));
+            round.push(index, counted(polls, answer));
+        }
+        // Answered one at a time, last node first: each answer wakes the round once.
+        for index in (0..5).rev() {
+            senders[index]
+                .take()
+                .expect("once")
+                .send(index)
+                .expect("waiting");
+            let (answered, reply, _) = round.next().await.expect("an answer");
+            assert_eq!((answered, reply.ok()), (index, Some(index)));
+        }
+        let counts: Vec<usize> = polls.iter().map(|p| p.load(Ordering::SeqCst)).collect();
+        // Each request: polled when first sent, and once more when its answer woke it (the
+        // last node's answer was there at the first poll). Polling every request on each
+        // wake makes it [5, 4, 3, 2, 1].
+        assert_eq!(counts, [2, 2, 2, 2, 1], "polls per request");
     }
 
     #[tokio::test]

@@ -243,6 +243,7 @@ mod semaphore;
 mod session;
 mod token;
 mod watchdog;
+mod woken;
 
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]

@@ -10,7 +10,7 @@ use redis::AsyncCommands;
 
 use crate::clients::{Client, Contender};
 use crate::options::Options;
-use crate::scenarios::{config_for, Load, Nodes, Scenario, SLOW_NODE};
+use crate::scenarios::{config_for, Load, Nodes, Scenario, NODES, SLOW_NODE};
 use crate::stats::{self, Outcome, Run};
 
 /// Acquire-release cycles of each client before its run, not measured.
@@ -57,6 +57,8 @@ pub async fn run_one(
                 cluster.node_mut(SLOW_NODE).thaw().await.expect("thaw");
                 drop(client);
                 cluster.flush_all().await.expect("flush after thaw");
+            } else {
+                run.keys_left = keys_left(cluster, &prefix, &[client], config.ttl()).await;
             }
             run
         }
@@ -102,6 +104,8 @@ pub async fn run_one(
                 .map(|(a, b)| b.saturating_sub(a));
             let after: Vec<_> = clients.iter().filter_map(|c| c.metrics()).collect();
             run.rounds_per_acquire = rounds_per_acquire(before, after);
+            let distinct = if shared { &clients[..1] } else { &clients[..] };
+            run.keys_left = keys_left(cluster, &prefix, distinct, config.ttl()).await;
             run
         }
     };
@@ -134,6 +138,84 @@ fn rounds_per_acquire(
     // A lock passed within the process is an acquisition too, one without a round.
     let acquired = sum(&after, |m| m.acquired + m.passed) - sum(&before, |m| m.acquired + m.passed);
     (acquired > 0).then(|| attempts as f64 / acquired as f64)
+}
+
+/// How long the lock keys a run left may take to go: far more than a release's unlock
+/// takes to be answered, or dropped by its node's keeper (the request timeout, plus the
+/// connect timeout and two request timeouts the keeper drives it for).
+const KEYS_SETTLE: Duration = Duration::from_secs(10);
+
+/// The check that a quorumlock run left no lock key behind, beyond what its clients said
+/// they left: each unlock that no round awaited any more and that was dropped unanswered
+/// (`LockMetrics::unawaited_dropped`, its node was too slow) may leave its key on that
+/// node until the key's TTL. So the run's lock keys on the nodes must come to at most that
+/// many, each with a TTL of at most the lock's; waits (up to [`KEYS_SETTLE`]) while the
+/// last unlocks are still on their way. `None` for the contenders without metrics.
+async fn keys_left(
+    cluster: &RedisCluster,
+    prefix: &str,
+    clients: &[Arc<Client>],
+    ttl: Duration,
+) -> Option<Result<String, String>> {
+    clients.first()?.metrics()?;
+    let counter = format!("{prefix}:counter");
+    let pattern = format!("{prefix}:*");
+    let mut connections = Vec::with_capacity(NODES);
+    for node in 0..NODES {
+        let client = cluster.node(node).client().expect("node client");
+        connections.push(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("a connection to count the keys left"),
+        );
+    }
+    let settle_by = Instant::now() + KEYS_SETTLE;
+    loop {
+        // Read before the keys: a drop counted after the keys were listed is not needed.
+        let dropped: u64 = clients
+            .iter()
+            .filter_map(|client| client.metrics())
+            .map(|metrics| metrics.unawaited_dropped)
+            .sum();
+        let mut left = 0u64;
+        for (node, connection) in connections.iter_mut().enumerate() {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(connection)
+                .await
+                .expect("KEYS");
+            for key in keys.iter().filter(|key| **key != counter) {
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async(connection)
+                    .await
+                    .expect("PTTL");
+                // -2: gone since listed.
+                if pttl == -2 {
+                    continue;
+                }
+                if pttl < 0 || pttl as u128 > ttl.as_millis() {
+                    return Some(Err(format!(
+                        "key {key} on node {node} left with PTTL {pttl} ms: it must expire within the TTL ({ttl:?})"
+                    )));
+                }
+                left += 1;
+            }
+        }
+        if left <= dropped {
+            return Some(Ok(format!(
+                "{left} lock keys left, {dropped} unlocks dropped unanswered"
+            )));
+        }
+        if Instant::now() >= settle_by {
+            return Some(Err(format!(
+                "{left} lock keys left on the nodes {KEYS_SETTLE:?} after the run, but only \
+                 {dropped} unlocks were dropped unanswered"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Opens the connections and loads the scripts; not measured.
@@ -290,6 +372,7 @@ async fn collect(
         per_task: (u64::MAX, 0),
         rounds_per_acquire: None,
         cpu_us_per_op: None,
+        keys_left: None,
     };
     for handle in handles {
         let (hist, ops, errors, outcome, ended) = handle.await.expect("load task panicked");

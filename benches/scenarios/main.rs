@@ -13,6 +13,7 @@
 //! the per-repetition ratios (the two runs of a repetition are back to back).
 
 mod clients;
+mod delay;
 mod family;
 mod load;
 mod machine;
@@ -33,11 +34,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clients::Contender;
+use delay::{DelayProxies, Profile};
 use load::run_one;
 use machine::Machine;
 use options::Options;
 use quorumlock_testkit::{Direction, FaultProxy, RedisCluster};
-use report::{read_criterion, Report};
+use report::{read_criterion, ProfileRun, Report};
 use scenarios::{smoke_checks, Load, Nodes, Results, ADDED_LATENCY, NODES, SCENARIOS, SLOW_NODE};
 use stats::{fmt_rate, fmt_us, Outcome};
 
@@ -45,6 +47,10 @@ use stats::{fmt_rate, fmt_us, Outcome};
 static ALLOC: memory::Counting = memory::Counting;
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(delay::PROXY_FLAG) {
+        return delay::serve(&args[1..]);
+    }
     let options = match Options::parse() {
         Ok(options) => options,
         Err(err) => {
@@ -123,62 +129,52 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
 
     let mut results: Results = BTreeMap::new();
     let mut failures: Vec<String> = Vec::new();
-    for scenario in SCENARIOS.iter().filter(|s| options.wants(s.id)) {
-        println!("== {}", scenario.title);
-        let urls = match scenario.nodes {
-            Nodes::All | Nodes::OneFrozen => direct.clone(),
-            Nodes::OneSlow => slow.clone(),
-            Nodes::Single => vec![direct[0].clone()],
-        };
-        for rep in 0..options.reps {
-            let mut order: Vec<Contender> = scenario
-                .contenders
-                .iter()
-                .copied()
-                .filter(|&c| options.runs(c))
-                .collect();
-            if rep % 2 == 1 {
-                order.reverse();
-            }
-            for contender in order {
-                let run = run_one(&options, &mut cluster, scenario, contender, &urls, rep).await;
-                println!(
-                    "   rep {rep} {:<10} {:>10} p50 {:>9} p99 {:>9} max {:>9} cpu/op {:>9}{}{}{}",
-                    contender.label(),
-                    fmt_rate(Some(run.ops_per_sec())),
-                    fmt_us(run.quantile_us(0.5)),
-                    fmt_us(run.quantile_us(0.99)),
-                    fmt_us(run.max_us()),
-                    fmt_us(run.cpu_us_per_op),
-                    match run.outcome {
-                        Outcome::Completed => String::new(),
-                        Outcome::TimedOut(after) => format!("  DID NOT COMPLETE within {after:?}"),
-                    },
-                    match &run.check {
-                        Some(Ok(text)) => format!("  [{text}]"),
-                        Some(Err(text)) => format!("  [CHECK FAILED: {text}]"),
-                        None => String::new(),
-                    },
-                    match (scenario.load, run.rounds_per_acquire) {
-                        (Load::Contended { .. }, rounds) => format!(
-                            "  ops per client {}..{}{}",
-                            run.per_task.0,
-                            run.per_task.1,
-                            rounds.map_or(String::new(), |r| format!(
-                                ", {r:.2} rounds per acquisition"
-                            ))
-                        ),
-                        _ => String::new(),
-                    },
-                );
-                failures.extend(smoke_checks(scenario, contender, &run));
-                results
-                    .entry((scenario.id, contender))
-                    .or_default()
-                    .push(run);
-            }
-        }
-        cluster.flush_all().await.expect("flush the nodes");
+    if options.profiles.contains(&Profile::LOOPBACK) {
+        run_scenarios(
+            &options,
+            &mut cluster,
+            &mut results,
+            &mut failures,
+            |nodes| {
+                Some(match nodes {
+                    Nodes::All | Nodes::OneFrozen => direct.clone(),
+                    Nodes::OneSlow => slow.clone(),
+                    Nodes::Single => vec![direct[0].clone()],
+                })
+            },
+        )
+        .await;
+    }
+    let mut profiled = Vec::new();
+    for &profile in options.profiles.iter().filter(|p| !p.is_loopback()) {
+        let ports: Vec<u16> = (0..NODES).map(|i| cluster.node(i).port()).collect();
+        let proxies =
+            DelayProxies::spawn(profile.each_way, &ports).expect("start the delay proxies");
+        let ping = physical::measure(&proxies.urls).await;
+        println!(
+            "== profile {}: every node behind a delay line in its own process; PING p50 per node: {}",
+            profile.label(),
+            ping.describe()
+        );
+        let mut profile_results: Results = BTreeMap::new();
+        run_scenarios(
+            &options,
+            &mut cluster,
+            &mut profile_results,
+            &mut failures,
+            |nodes| match nodes {
+                Nodes::All | Nodes::OneFrozen => Some(proxies.urls.clone()),
+                Nodes::Single => Some(vec![proxies.urls[0].clone()]),
+                // Its own proxy's 20 ms would sit behind the delay line: not run.
+                Nodes::OneSlow => None,
+            },
+        )
+        .await;
+        profiled.push(ProfileRun {
+            profile,
+            results: profile_results,
+            ping,
+        });
     }
     drop(proxy);
     let (family_tables, family_failures) = family::run(&options, &direct).await;
@@ -230,6 +226,7 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
         results: &results,
         memory: memory.as_ref(),
         physical: Some(&physical),
+        profiles: &profiled,
         micro: options
             .criterion
             .as_deref()
@@ -280,5 +277,74 @@ async fn run(options: Options, proxy_runtime: tokio::runtime::Handle) -> ExitCod
             failures.len()
         );
         ExitCode::FAILURE
+    }
+}
+
+/// Runs every scenario chosen whose nodes `urls_for` gives, each repetition's contenders in
+/// alternating order, printing each run and keeping it in `results`.
+async fn run_scenarios(
+    options: &Options,
+    cluster: &mut RedisCluster,
+    results: &mut Results,
+    failures: &mut Vec<String>,
+    urls_for: impl Fn(Nodes) -> Option<Vec<String>>,
+) {
+    for scenario in SCENARIOS.iter().filter(|s| options.wants(s.id)) {
+        let Some(urls) = urls_for(scenario.nodes) else {
+            continue;
+        };
+        println!("== {}", scenario.title);
+        for rep in 0..options.reps {
+            let mut order: Vec<Contender> = scenario
+                .contenders
+                .iter()
+                .copied()
+                .filter(|&c| options.runs(c))
+                .collect();
+            if rep % 2 == 1 {
+                order.reverse();
+            }
+            for contender in order {
+                let run = run_one(options, cluster, scenario, contender, &urls, rep).await;
+                println!(
+                    "   rep {rep} {:<10} {:>10} p50 {:>9} p99 {:>9} max {:>9} cpu/op {:>9}{}{}{}",
+                    contender.label(),
+                    fmt_rate(Some(run.ops_per_sec())),
+                    fmt_us(run.quantile_us(0.5)),
+                    fmt_us(run.quantile_us(0.99)),
+                    fmt_us(run.max_us()),
+                    fmt_us(run.cpu_us_per_op),
+                    match run.outcome {
+                        Outcome::Completed => String::new(),
+                        Outcome::TimedOut(after) => format!("  DID NOT COMPLETE within {after:?}"),
+                    },
+                    [&run.check, &run.keys_left]
+                        .into_iter()
+                        .map(|check| match check {
+                            Some(Ok(text)) => format!("  [{text}]"),
+                            Some(Err(text)) => format!("  [CHECK FAILED: {text}]"),
+                            None => String::new(),
+                        })
+                        .collect::<String>(),
+                    match (scenario.load, run.rounds_per_acquire) {
+                        (Load::Contended { .. }, rounds) => format!(
+                            "  ops per client {}..{}{}",
+                            run.per_task.0,
+                            run.per_task.1,
+                            rounds.map_or(String::new(), |r| format!(
+                                ", {r:.2} rounds per acquisition"
+                            ))
+                        ),
+                        _ => String::new(),
+                    },
+                );
+                failures.extend(smoke_checks(scenario, contender, &run));
+                results
+                    .entry((scenario.id, contender))
+                    .or_default()
+                    .push(run);
+            }
+        }
+        cluster.flush_all().await.expect("flush the nodes");
     }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::clients::Contender;
+use crate::delay::Profile;
 
 /// What this run does, from the command line and `QUORUMLOCK_BENCH_SMOKE`.
 #[derive(Debug, Clone)]
@@ -23,6 +24,9 @@ pub struct Options {
     pub locks: usize,
     pub memory_ttl: Duration,
     pub op_timeout: Duration,
+    /// The network profiles the node scenarios run in, in order: loopback as it is, or
+    /// every node behind a delay each way.
+    pub profiles: Vec<Profile>,
 }
 
 impl Options {
@@ -42,6 +46,7 @@ impl Options {
             locks: 10_000,
             memory_ttl: Duration::from_secs(10),
             op_timeout: Duration::from_secs(5),
+            profiles: vec![Profile::LOOPBACK],
         };
         let mut reps = None;
         let mut args = std::env::args().skip(1);
@@ -76,6 +81,12 @@ impl Options {
                             .collect(),
                     );
                 }
+                "--profiles" => {
+                    options.profiles = value("--profiles")?
+                        .split(',')
+                        .map(Profile::parse)
+                        .collect::<Result<_, _>>()?;
+                }
                 "--self-test" => options.self_test = true,
                 "--locks" => {
                     options.locks = value("--locks")?
@@ -87,6 +98,7 @@ impl Options {
                         "options: --smoke | --reps N | --scale X (run windows) | --plots DIR | \
                          --docs FILE (rewrite its results section) | --criterion DIR (add micro results) | \
                          --only s1,s3,mem,sharding,acks | --contenders quorumlock,quorumlock-unfair,rslock,floor,no-lock | --locks N | \
+                         --profiles loopback,0.25ms,1ms (the scenarios again with every node, peers' too, behind that delay each way) | \
                          --self-test (check the results writer and docs/benchmarks.md, then exit)"
                     );
                     std::process::exit(0);

@@ -13,7 +13,10 @@ use crate::physical::Physical;
 use crate::scenarios::{Load, Nodes, Results, SCENARIOS};
 use crate::stats::{self, fmt_rate, fmt_us, Run, Summary};
 
+mod profiles;
 mod targets;
+
+pub use profiles::ProfileRun;
 
 /// Everything one run measured.
 pub struct Report<'a> {
@@ -23,6 +26,8 @@ pub struct Report<'a> {
     pub memory: Option<&'a memory::MemoryReport>,
     /// The loopback round trips of this run, when measured.
     pub physical: Option<&'a Physical>,
+    /// The scenarios again in each delayed network profile.
+    pub profiles: &'a [ProfileRun],
     pub micro: Vec<(String, f64)>,
     pub wall: Duration,
 }
@@ -41,6 +46,20 @@ impl Report<'_> {
             self.runs(id, theirs),
             metric,
         )
+    }
+
+    /// The per-repetition ratios of `metric`, ours over `theirs`: least, median, largest.
+    fn spread(
+        &self,
+        id: &str,
+        theirs: Contender,
+        metric: fn(&Run) -> Option<f64>,
+    ) -> Option<stats::Spread> {
+        stats::Spread::of(stats::paired_ratios(
+            self.runs(id, Contender::Quorumlock),
+            self.runs(id, theirs),
+            metric,
+        ))
     }
 
     /// The results as Markdown: the targets, the per-scenario table, memory and micro.
@@ -63,6 +82,7 @@ impl Report<'_> {
         );
 
         self.write_targets(&mut out);
+        self.write_profiles(&mut out);
 
         let _ = writeln!(
             out,
@@ -124,6 +144,16 @@ impl Report<'_> {
                         (false, Err(err)) => format!("**{err}**"),
                         (false, Ok(_)) => "**counter wrong in some repetition**".to_owned(),
                     });
+                }
+                if runs.iter().any(|run| run.keys_left.is_some()) {
+                    let failed = runs.iter().find_map(|run| match &run.keys_left {
+                        Some(Err(err)) => Some(err.clone()),
+                        _ => None,
+                    });
+                    notes.push(failed.map_or(
+                        "no lock key left but by dropped unlocks, in every repetition".to_owned(),
+                        |err| format!("**{err}**"),
+                    ));
                 }
                 let name = match (scenario.nodes, contender) {
                     (Nodes::Single, Contender::Quorumlock) => "quorumlock (RedisLock)",

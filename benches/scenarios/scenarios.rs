@@ -146,6 +146,9 @@ pub fn smoke_checks(scenario: &Scenario, contender: Contender, run: &Run) -> Vec
     if let Some(Err(err)) = &run.check {
         failures.push(format!("{name}: {err}"));
     }
+    if let Some(Err(err)) = &run.keys_left {
+        failures.push(format!("{name}: {err}"));
+    }
     failures
 }
 

@@ -41,6 +41,9 @@ pub struct Run {
     pub rounds_per_acquire: Option<f64>,
     /// CPU time of the whole client process (user + system) per completed operation, µs.
     pub cpu_us_per_op: Option<f64>,
+    /// quorumlock only: whether the run's lock keys went from the nodes, but for those
+    /// the library said it may have left (see `load::keys_left`).
+    pub keys_left: Option<Result<String, String>>,
 }
 
 impl Run {
@@ -122,23 +125,65 @@ pub fn median(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
     })
 }
 
-/// The median over repetitions of the paired ratio `ours / theirs` of one metric: each
-/// repetition's two runs were made back to back, so pairing cancels slow drifts of the
-/// machine's load.
+/// The paired ratios `ours / theirs` of one metric, one per repetition in which both runs
+/// completed: each repetition's two runs were made back to back, so pairing cancels slow
+/// drifts of the machine's load.
+pub fn paired_ratios(
+    ours: &[Run],
+    theirs: &[Run],
+    metric: impl Fn(&Run) -> Option<f64>,
+) -> Vec<f64> {
+    ours.iter()
+        .zip(theirs)
+        .filter_map(|(a, b)| {
+            if a.outcome != Outcome::Completed || b.outcome != Outcome::Completed {
+                return None;
+            }
+            match (metric(a), metric(b)) {
+                (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The median over repetitions of the paired ratio `ours / theirs` of one metric.
 pub fn paired_ratio(
     ours: &[Run],
     theirs: &[Run],
     metric: impl Fn(&Run) -> Option<f64>,
 ) -> Option<f64> {
-    median(ours.iter().zip(theirs).map(|(a, b)| {
-        if a.outcome != Outcome::Completed || b.outcome != Outcome::Completed {
-            return None;
-        }
-        match (metric(a), metric(b)) {
-            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-            _ => None,
-        }
-    }))
+    median(paired_ratios(ours, theirs, metric).into_iter().map(Some))
+}
+
+/// The least, the median and the largest of per-repetition values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// `None` without values.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let values: Vec<f64> = values.into_iter().collect();
+        Some(Spread {
+            median: median(values.iter().copied().map(Some))?,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+
+    /// `0.91x (0.85-0.97)`: the median, then the least and the largest.
+    pub fn ratio(self) -> String {
+        format!("{:.2}x ({:.2}–{:.2})", self.median, self.min, self.max)
+    }
+
+    /// `0.91 (0.85-0.97)`.
+    pub fn plain(self) -> String {
+        format!("{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
+    }
 }
 
 /// All runs' histograms merged, for plots.

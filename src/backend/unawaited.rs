@@ -14,17 +14,16 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::task::AtomicWaker;
 use redis::{RedisResult, Value};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Timeout};
 
 use crate::metrics::Counters;
+use crate::woken::Woken;
 
 /// A request to the node, owning what it sends.
 pub(super) type Request = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send>>;
@@ -105,83 +104,32 @@ async fn keep(
     }
 }
 
-/// The requests the keeper awaits, each polled only once woken.
-///
-/// Not a `FuturesUnordered`: having polled every future it holds and found all pending
-/// (as it does each time one request is handed to an idle keeper), that set wakes its own
-/// task to yield, and tokio reschedules a task woken as it runs through another worker:
-/// a thread wake-up for every round a quorum decided (see docs/design.md, "Where we wrote
-/// our own").
-#[derive(Default)]
-struct Kept {
-    requests: Vec<OneKept>,
-    /// The keeper task, woken by any of its requests.
-    keeper: Arc<AtomicWaker>,
-}
+/// The requests the keeper awaits, each polled only once woken: not a `FuturesUnordered`,
+/// which wakes its own task (a thread wake-up for every round a quorum decided); see
+/// [`Woken`].
+struct Kept(Woken<Pin<Box<Timeout<Request>>>>);
 
-/// One kept request, with its waker.
-struct OneKept {
-    request: Pin<Box<Timeout<Request>>>,
-    woken: Arc<Woken>,
-    waker: Waker,
-}
-
-/// One kept request's waker: marks it for polling and wakes the keeper.
-struct Woken {
-    woken: AtomicBool,
-    keeper: Arc<AtomicWaker>,
-}
-
-impl Wake for Woken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.keeper.wake();
+impl Default for Kept {
+    fn default() -> Self {
+        Kept(Woken::with_capacity(0))
     }
 }
 
 impl Kept {
     fn len(&self) -> usize {
-        self.requests.len()
+        self.0.len()
     }
 
     /// Adds `request`, to be polled (and so sent, if it was not yet) on the next wait.
     fn push(&mut self, request: Timeout<Request>) {
-        let woken = Arc::new(Woken {
-            woken: AtomicBool::new(true),
-            keeper: Arc::clone(&self.keeper),
-        });
-        let waker = Waker::from(Arc::clone(&woken));
-        self.requests.push(OneKept {
-            request: Box::pin(request),
-            woken,
-            waker,
-        });
+        self.0.push(Box::pin(request));
     }
 
     /// Waits until one request ends, and says whether it ran out of time; pending while
     /// none is held.
     async fn next_answer(&mut self) -> bool {
-        futures::future::poll_fn(|cx| {
-            self.keeper.register(cx.waker());
-            let mut position = 0;
-            while position < self.requests.len() {
-                let kept = &mut self.requests[position];
-                if kept.woken.woken.swap(false, Ordering::AcqRel) {
-                    let mut context = Context::from_waker(&kept.waker);
-                    if let Poll::Ready(answer) = kept.request.as_mut().poll(&mut context) {
-                        drop(self.requests.swap_remove(position));
-                        return Poll::Ready(answer.is_err());
-                    }
-                }
-                position += 1;
-            }
-            Poll::Pending
-        })
-        .await
+        let (_, answer) = futures::future::poll_fn(|cx| self.0.poll_woken(cx)).await;
+        answer.is_err()
     }
 }
 
@@ -268,6 +216,8 @@ impl Drop for Awaited<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::Waker;
+
     use crate::fan_out::tests::Wakes;
 
     fn kept(

@@ -8,7 +8,7 @@ use quorumlock::LockConfig;
 
 use super::Report;
 use crate::clients::Contender;
-use crate::stats::{self, fmt_rate, fmt_us, Run, Summary};
+use crate::stats::{self, fmt_rate, fmt_us, Run, Spread, Summary};
 
 /// One target, evaluated.
 struct Target {
@@ -20,21 +20,23 @@ struct Target {
 }
 
 impl Target {
-    fn at_most(what: &'static str, goal: &'static str, value: Option<f64>, limit: f64) -> Self {
+    /// Met when the median over the repetitions is at most `limit`; shown with the spread.
+    fn at_most(what: &'static str, goal: &'static str, value: Option<Spread>, limit: f64) -> Self {
         Target {
             what,
             goal,
-            met: Some(value.is_some_and(|v| v <= limit)),
-            shown: value.map_or("–".to_owned(), |v| format!("{v:.2}x")),
+            met: Some(value.is_some_and(|v| v.median <= limit)),
+            shown: value.map_or("–".to_owned(), Spread::ratio),
         }
     }
 
-    fn at_least(what: &'static str, goal: &'static str, value: Option<f64>, limit: f64) -> Self {
+    /// Met when the median over the repetitions is at least `limit`; shown with the spread.
+    fn at_least(what: &'static str, goal: &'static str, value: Option<Spread>, limit: f64) -> Self {
         Target {
             what,
             goal,
-            met: Some(value.is_some_and(|v| v >= limit)),
-            shown: value.map_or("–".to_owned(), |v| format!("{v:.2}x")),
+            met: Some(value.is_some_and(|v| v.median >= limit)),
+            shown: value.map_or("–".to_owned(), Spread::ratio),
         }
     }
 
@@ -64,15 +66,21 @@ impl Report<'_> {
     /// Every target, in the order of the table, then the older ones still held.
     fn targets(&self) -> Vec<Target> {
         let shares = self.least_over_most("s3", Contender::Quorumlock);
+        let rounds = Spread::of(
+            self.runs("s3", Contender::Quorumlock)
+                .iter()
+                .filter_map(|run| run.rounds_per_acquire),
+        );
         let s3b_exact = {
             let runs = self.runs("s3b", Contender::Quorumlock);
             (!runs.is_empty()).then(|| runs.iter().all(|run| matches!(run.check, Some(Ok(_)))))
         };
         let ours = |id| Summary::of(self.runs(id, Contender::Quorumlock));
-        let s4_vs_s1 = match (ours("s4").p50_us, ours("s1").p50_us) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
-        };
+        let s4_vs_s1 = Spread::of(stats::paired_ratios(
+            self.runs("s4", Contender::Quorumlock),
+            self.runs("s1", Contender::Quorumlock),
+            p50,
+        ));
         let node_timeout = LockConfig::DEFAULT_NODE_TIMEOUT.as_secs_f64() * 1e6;
         let s5 = ours("s5");
         let s5_p99 = s5.p99_us.filter(|_| s5.completed() && s5.errors == 0);
@@ -80,19 +88,19 @@ impl Report<'_> {
             Target::at_least(
                 "3b. ops/s vs rslock (one shared LockManager)",
                 "≥ 3x",
-                self.ratio("s3b", Contender::Rslock, ops),
+                self.spread("s3b", Contender::Rslock, ops),
                 3.0,
             ),
             Target::at_least(
                 "3b. ops/s vs the no-lock ceiling",
                 "≥ 0.5x",
-                self.ratio("s3b", Contender::NoLock, ops),
+                self.spread("s3b", Contender::NoLock, ops),
                 0.5,
             ),
             Target::at_most(
                 "3b. wait p99 vs rslock",
                 "≤ 0.10x",
-                self.ratio("s3b", Contender::Rslock, p99),
+                self.spread("s3b", Contender::Rslock, p99),
                 0.1,
             ),
             Target {
@@ -108,48 +116,61 @@ impl Report<'_> {
             Target::at_least(
                 "3. ops/s vs rslock",
                 "≥ 1.0x",
-                self.ratio("s3", Contender::Rslock, ops),
+                self.spread("s3", Contender::Rslock, ops),
                 1.0,
             ),
             Target {
                 what: "3. least / most served client",
                 goal: "≥ 0.95",
-                met: Some(shares.is_some_and(|s| s >= 0.95)),
-                shown: shares.map_or("–".to_owned(), |s| format!("{s:.2}")),
+                met: Some(shares.is_some_and(|s| s.median >= 0.95)),
+                shown: shares.map_or("–".to_owned(), Spread::plain),
             },
             Target::at_most(
                 "3. wait p99 vs rslock",
-                "≤ 0.10x",
-                self.ratio("s3", Contender::Rslock, p99),
-                0.1,
+                "≤ 0.2x",
+                self.spread("s3", Contender::Rslock, p99),
+                0.2,
             ),
+            Target::at_most(
+                "3. client CPU/op vs rslock",
+                "≤ 1.5x",
+                self.spread("s3", Contender::Rslock, |run| run.cpu_us_per_op),
+                1.5,
+            ),
+            Target {
+                what:
+                    "3. quorum rounds per acquisition (attempts / acquisitions, plus the release)",
+                goal: "≤ 2",
+                met: Some(rounds.is_some_and(|r| r.median + 1.0 <= 2.0)),
+                shown: rounds.map_or("–".to_owned(), |r| format!("{} + 1", r.plain())),
+            },
             Target::reference(
                 "3. reference: rslock's least / most served client",
                 self.least_over_most("s3", Contender::Rslock)
-                    .map_or("–".to_owned(), |s| format!("{s:.2}")),
+                    .map_or("–".to_owned(), Spread::plain),
             ),
             Target::at_most(
                 "1. p50 vs the early-quorum floor",
                 "≤ 1.10x",
-                self.ratio("s1", Contender::Floor, p50),
+                self.spread("s1", Contender::Floor, p50),
                 1.10,
             ),
             Target::at_most(
                 "1. p50 vs rslock",
                 "≤ 0.85x",
-                self.ratio("s1", Contender::Rslock, p50),
+                self.spread("s1", Contender::Rslock, p50),
                 0.85,
             ),
             Target::at_least(
                 "2. ops/s vs rslock (64 tasks)",
                 "≥ 1.3x",
-                self.ratio("s2", Contender::Rslock, ops),
+                self.spread("s2", Contender::Rslock, ops),
                 1.3,
             ),
             Target::at_most(
                 "6. p50 vs the single-node floor",
                 "≤ 1.05x",
-                self.ratio("s6", Contender::Floor, p50),
+                self.spread("s6", Contender::Floor, p50),
                 1.05,
             ),
             Target::at_most("4. p50 vs our scenario-1 p50", "≤ 1.3x", s4_vs_s1, 1.3),
@@ -205,8 +226,8 @@ impl Report<'_> {
 
     /// The least served client's operations over the most served one's, the median over
     /// the repetitions of scenario `id`.
-    fn least_over_most(&self, id: &str, contender: Contender) -> Option<f64> {
-        stats::median(self.runs(id, contender).iter().map(|run| {
+    fn least_over_most(&self, id: &str, contender: Contender) -> Option<Spread> {
+        Spread::of(self.runs(id, contender).iter().filter_map(|run| {
             let (least, most) = run.per_task;
             (most > 0).then(|| least as f64 / most as f64)
         }))
@@ -216,7 +237,7 @@ impl Report<'_> {
     pub(super) fn write_targets(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "#### Targets (ratios quorumlock / peer, medians of per-repetition ratios)\n"
+            "#### Targets (ratios quorumlock / peer: the median of per-repetition ratios, then their least and largest)\n"
         );
         let _ = writeln!(out, "| scenario: metric | target | measured | met |");
         let _ = writeln!(out, "|---|---|---|---|");
