@@ -9,7 +9,8 @@
 //! client does mirrors `src/quorum/`: a round sends the same request to every node,
 //! counts answers to a quorum of N/2+1, rolls back a failed attempt on every node that may
 //! hold its keys, mints a fencing token as read-majority maximum then raise-on-majority,
-//! and a fair waiter queues on its retry and claims only a key reserved for itself.
+//! and a fair waiter queues on its retry and claims only a key reserved for itself, or
+//! (with the direct grant, [`Protocol::grant`]) holds on the keys granted to it.
 
 use stateright::{Model, Property};
 
@@ -78,6 +79,35 @@ pub struct Protocol {
     /// The mutation that the checker must catch: the mutex's old rule, which took the key
     /// without looking at the name's live readers and permits.
     pub mutex_ignores_holders: bool,
+    /// Whether clients speak the direct grant: a release hands the key to the head waiter
+    /// (its token, a fresh TTL), and a queued waiter that was refused holds once its own
+    /// grants and those announced to it make a quorum.
+    pub grant: bool,
+    /// How many clients (the last ones) speak the previous protocol on the same name:
+    /// their places take no grants, and their releases reserve.
+    pub old_clients: usize,
+    /// A mutation of the direct grant that the checker must catch.
+    pub grant_mutation: Option<GrantMutation>,
+    /// Whether a fair client queues from its first attempt (it expects to wait: the
+    /// library does so once a recent attempt found the key held).
+    pub queue_at_once: bool,
+    /// Whether a client that released begins another acquisition while it has attempts
+    /// left (a worker taking the lock in a loop), so that a releaser contends again.
+    pub reacquire: bool,
+    /// Whether a holder may extend its lease (once).
+    pub extensions: bool,
+}
+
+/// The broken variants of the direct grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantMutation {
+    /// The waiter counts its lease's validity from the moment the announced grants reach
+    /// it, not from the sending of the refresh they were granted on: a validity that begins
+    /// after the keys' TTLs began.
+    ValidityFromArrival,
+    /// A waiter's refresh that finds the key granted to a place it left (an earlier
+    /// attempt it gave up) says yes, but leaves the grant's TTL as it was.
+    KeepsEarlierGrants,
 }
 
 /// How a client takes the name.
@@ -123,13 +153,25 @@ pub enum Key {
     Reserved { waiter: u8 },
 }
 
+/// A waiter's place in a node's line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Place {
+    /// Its ticket and id (a client's ticket is its index).
+    pub waiter: u8,
+    /// The attempt (the token) of the refresh that last wrote the place, which a grant on
+    /// it is of; 0 for a waiter that takes no grants.
+    pub attempt: u8,
+    /// Whether the waiter takes grants (speaks the direct grant).
+    pub grants: bool,
+}
+
 /// One node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Node {
     pub up: bool,
     pub key: Option<Key>,
-    /// The waiters in line, by ticket (a client's ticket is its index).
-    pub queue: Vec<u8>,
+    /// The waiters in line, by ticket.
+    pub queue: Vec<Place>,
     /// The fencing counter.
     pub counter: u8,
     /// The live shared holders listed beside the key (readers and permit slots), each
@@ -137,6 +179,8 @@ pub struct Node {
     pub holders: Vec<(Key, Mode)>,
     /// Whether a waiter ever claimed a key reserved for it here (for reachability only).
     pub claimed: bool,
+    /// Whether a release ever granted the key to a waiter here (for reachability only).
+    pub granted: bool,
     /// While the node abstains: the validities that ran when the abstention began, which
     /// must all end before it does (it lasts a lease and each is shorter).
     pub abstains: Option<Vec<Validity>>,
@@ -205,6 +249,15 @@ pub struct Client {
     pub mode: Mode,
     /// Whether a mutex takes the key beside live shared holders (the mutation).
     pub ignores_holders: bool,
+    /// Whether it speaks the direct grant.
+    pub grants: bool,
+    /// The [`GrantMutation::KeepsEarlierGrants`] mutation, in its lock script.
+    pub keeps_earlier_grants: bool,
+    /// A queued attempt refused by some node, waiting for their grants (a lock round whose
+    /// every node answered).
+    pub awaiting: bool,
+    /// Whether a grant announced to it counted in its current round.
+    pub heard: bool,
     /// Its current attempt (the token of its lock requests).
     pub attempt: u8,
     pub attempts_left: u8,
@@ -236,6 +289,10 @@ pub struct State {
     pub last_token: u8,
     pub tokens_decreased: bool,
     pub grants: u8,
+    /// A waiter held on a quorum that counted a grant (for reachability only).
+    pub held_by_grant: bool,
+    /// A waiter that gave up waiting had a grant undone and passed on (reachability only).
+    pub grant_given_back: bool,
 }
 
 /// One step of the system.
@@ -264,13 +321,24 @@ pub enum Action {
     Detect(usize),
     /// A node's abstention ends.
     AbstentionEnds(usize),
+    /// The announcement of a node's grant reaches the waiter it was granted to (one may
+    /// never arrive: lost, or the pub/sub connection down).
+    Hear(u8, usize),
+    /// A waiter stops waiting for grants (its wait is bounded by its retry delay): it
+    /// rolls the attempt back on every node, which gives back any grant it had, and
+    /// retries or leaves.
+    GiveUp(u8),
 }
 
 impl Client {
-    fn new(attempts: u8, mode: Mode, ignores_holders: bool) -> Self {
+    fn new(attempts: u8, mode: Mode, ignores_holders: bool, grants: bool) -> Self {
         Client {
             mode,
             ignores_holders,
+            grants,
+            keeps_earlier_grants: false,
+            awaiting: false,
+            heard: false,
             attempt: 0,
             attempts_left: attempts,
             queued: false,
@@ -282,6 +350,15 @@ impl Client {
             extended: false,
             stragglers: [Straggler::None; NODES],
             done: false,
+        }
+    }
+
+    /// The key as a grant to its current attempt sets it.
+    pub(crate) fn granted(&self, index: u8) -> Key {
+        Key::Held {
+            client: index,
+            attempt: self.attempt,
+            generation: 0,
         }
     }
 
@@ -381,6 +458,7 @@ impl Model for Protocol {
             queue: Vec::new(),
             counter: 0,
             claimed: false,
+            granted: false,
             holders: Vec::new(),
             abstains: None,
             stepped: false,
@@ -390,7 +468,12 @@ impl Model for Protocol {
             clients: (0..self.clients)
                 .map(|c| {
                     let mode = self.modes.get(c).copied().unwrap_or(Mode::Mutex);
-                    Client::new(self.attempts, mode, self.mutex_ignores_holders)
+                    let grants = self.grant && c + self.old_clients < self.clients;
+                    let mut client =
+                        Client::new(self.attempts, mode, self.mutex_ignores_holders, grants);
+                    client.keeps_earlier_grants =
+                        self.grant_mutation == Some(GrantMutation::KeepsEarlierGrants);
+                    client
                 })
                 .collect(),
             crashes_left: self.crashes,
@@ -398,6 +481,8 @@ impl Model for Protocol {
             last_token: 0,
             tokens_decreased: false,
             grants: 0,
+            held_by_grant: false,
+            grant_given_back: false,
         }]
     }
 
@@ -412,12 +497,22 @@ impl Model for Protocol {
                     actions.push(Action::Begin(c))
                 }
                 None if client.lease.is_some() => {
-                    if client.valid && !client.extended {
+                    if self.extensions && client.valid && !client.extended {
                         actions.push(Action::Extend(c));
                     }
                     actions.push(Action::Release(c));
                 }
                 None => {}
+                Some((_, answers)) if client.awaiting => {
+                    for (n, answer) in answers.iter().enumerate() {
+                        // A node that queued it: it refused, or its reply was lost.
+                        let queued = matches!(answer, Answer::No | Answer::Failed);
+                        if queued && state.nodes[n].key == Some(client.granted(c)) {
+                            actions.push(Action::Hear(c, n));
+                        }
+                    }
+                    actions.push(Action::GiveUp(c));
+                }
                 Some((request, answers)) => {
                     for (n, answer) in answers.iter().enumerate() {
                         // One connection per node: a request waits for the earlier ones.
@@ -482,8 +577,11 @@ impl Model for Protocol {
                 let client = &mut state.clients[usize::from(c)];
                 client.attempt += 1;
                 client.attempts_left -= 1;
+                client.queued |= self.fair && self.queue_at_once;
+                client.extended = false;
                 client.valid = true;
                 client.generation = 0;
+                client.heard = false;
                 Self::start_round(client, Request::Lock, &[Answer::Pending; NODES]);
             }
             Action::Deliver(c, n, fate) => {
@@ -521,7 +619,7 @@ impl Model for Protocol {
                                 client.stragglers[n] = Straggler::Leave;
                             }
                         }
-                        Straggler::Leave => leave_queue(node, c),
+                        Straggler::Leave => leave_queue(node, c, client.grants),
                         Straggler::None => {}
                     }
                 }
@@ -577,6 +675,22 @@ impl Model for Protocol {
                 state.abstain(n);
             }
             Action::AbstentionEnds(n) => state.nodes[n].abstains = None,
+            Action::Hear(c, n) => {
+                let client = &mut state.clients[usize::from(c)];
+                let (request, mut answers) = client.round?;
+                answers[n] = Answer::Yes;
+                client.round = Some((request, answers));
+                client.heard = true;
+                self.settle(&mut state, usize::from(c));
+            }
+            Action::GiveUp(c) => {
+                let granted = state.clients[usize::from(c)].granted(c);
+                state.grant_given_back |= state.nodes.iter().any(|node| node.key == Some(granted));
+                let client = &mut state.clients[usize::from(c)];
+                client.awaiting = false;
+                self.fail(client, &[Answer::Pending; NODES], true);
+                self.settle(&mut state, usize::from(c));
+            }
         }
         // An ended validity never runs again (attempts only count up): forgetting it keeps
         // states that differ only in what ended as one.
@@ -622,6 +736,14 @@ impl Model for Protocol {
             Property::sometimes(
                 "a queued waiter claims a key reserved for it",
                 |_, state: &State| state.nodes.iter().any(|node| node.claimed),
+            ),
+            Property::sometimes(
+                "a waiter holds on a quorum that counts a grant",
+                |_, state: &State| state.held_by_grant,
+            ),
+            Property::sometimes(
+                "a waiter that gave up undoes a grant",
+                |_, state: &State| state.grant_given_back,
             ),
         ]
     }

@@ -1,21 +1,43 @@
 //! What each request does on one node: the scripts of `src/node/scripts.rs` (and the
 //! fencing counter's), on the model's node.
 
-use crate::protocol::{Answer, Client, Fate, Key, Mode, Node, Request, NODES};
+use crate::protocol::{Answer, Client, Fate, Key, Mode, Node, Place, Request, NODES};
 
-/// Reserves a freed key for the first waiter in the node's line.
-pub(crate) fn pass_on(node: &mut Node) {
+/// Hands a freed key to the first waiter in the node's line. The script of a client that
+/// speaks the direct grant (`grants`) grants it to a waiter whose place says it takes
+/// grants: the key is set to that waiter's token, the one its place was last refreshed
+/// with, with a fresh TTL (a lease of that refresh's attempt). Any other pair reserves
+/// it (`quorumlock:reserved:<waiter>`), for the waiter to claim in a round of its own.
+pub(crate) fn pass_on(node: &mut Node, grants: bool) {
     if !node.queue.is_empty() {
-        let waiter = node.queue.remove(0);
-        node.key = Some(Key::Reserved { waiter });
+        let head = node.queue.remove(0);
+        node.key = Some(if grants && head.grants {
+            node.granted = true;
+            Key::Held {
+                client: head.waiter,
+                attempt: head.attempt,
+                generation: 0,
+            }
+        } else {
+            Key::Reserved {
+                waiter: head.waiter,
+            }
+        });
     }
 }
 
-pub(crate) fn leave_queue(node: &mut Node, client: u8) {
-    node.queue.retain(|&waiter| waiter != client);
-    if node.key == Some(Key::Reserved { waiter: client }) {
+/// A waiter leaves the line, giving back what it was handed: a reservation, and (in the
+/// direct grant's script) a grant to any of its places, whatever refresh it was made on.
+pub(crate) fn leave_queue(node: &mut Node, client: u8, grants: bool) {
+    node.queue.retain(|place| place.waiter != client);
+    let handed = match node.key {
+        Some(Key::Reserved { waiter }) => waiter == client,
+        Some(Key::Held { client: holder, .. }) => grants && holder == client,
+        None => false,
+    };
+    if handed {
         node.key = None;
-        pass_on(node);
+        pass_on(node, grants);
     }
 }
 
@@ -44,25 +66,49 @@ pub(crate) fn lock(node: &mut Node, client: u8, c: &Client) -> bool {
         return free;
     }
     let shared = !c.ignores_holders && !node.holders.is_empty();
+    // A key granted to this waiter on one of its earlier places (a grant that landed after
+    // it gave that attempt up): its refresh takes it as a grant.
+    let granted_before = queued
+        && c.grants
+        && matches!(node.key, Some(Key::Held { client: holder, attempt: was, generation: 0 })
+            if holder == client && was != attempt);
     let free = !shared
         && match node.key {
             None => true,
             Some(Key::Reserved { waiter }) => queued && waiter == client,
-            Some(Key::Held { .. }) => false,
+            Some(Key::Held { .. }) => granted_before,
         };
-    if free && node.key.is_some() {
+    if free && node.key.is_some() && !granted_before {
         node.claimed = true;
     }
     if free {
-        node.key = Some(Key::Held {
-            client,
-            attempt,
-            generation: 0,
-        });
-        node.queue.retain(|&waiter| waiter != client);
-    } else if queued && !node.queue.contains(&client) {
-        let at = node.queue.partition_point(|&waiter| waiter < client);
-        node.queue.insert(at, client);
+        // Taken, or (a grant made earlier) its TTL restarted by this request, which
+        // arrives after it was sent: the attempt's validity covers it. The mutation keeps
+        // the grant's older TTL and still says yes.
+        if !(granted_before && c.keeps_earlier_grants) {
+            node.key = Some(Key::Held {
+                client,
+                attempt,
+                generation: 0,
+            });
+        }
+        node.queue.retain(|place| place.waiter != client);
+    } else if queued {
+        // Joining the line, or refreshing its place: the place records the attempt (the
+        // token) of this refresh, the one a grant on it will be of. A place of a client
+        // that takes no grants needs no attempt (kept at 0, so that such states stay one).
+        let place = Place {
+            waiter: client,
+            attempt: if c.grants { attempt } else { 0 },
+            grants: c.grants,
+        };
+        match node.queue.iter_mut().find(|place| place.waiter == client) {
+            Some(standing) => *standing = place,
+            None => {
+                let at = node.queue.partition_point(|place| place.waiter < client);
+                node.queue.insert(at, place);
+            }
+        }
     }
     free
 }
@@ -118,12 +164,12 @@ pub(crate) fn apply(node: &mut Node, client: u8, c: &mut Client, request: Reques
             let took = ours(node.key);
             if took {
                 node.key = None;
-                pass_on(node);
+                pass_on(node, c.grants);
             }
             took
         }
         Request::LeaveQueue => {
-            leave_queue(node, client);
+            leave_queue(node, client, c.grants);
             true
         }
     }

@@ -1,7 +1,7 @@
 //! How a client's rounds are started and decided, as `src/quorum/` decides them.
 
 use crate::protocol::{
-    Answer, Client, Protocol, Request, Restarts, State, Straggler, NODES, QUORUM,
+    Answer, Client, GrantMutation, Protocol, Request, Restarts, State, Straggler, NODES, QUORUM,
 };
 use crate::requests::count;
 
@@ -16,13 +16,22 @@ impl Protocol {
     }
 
     /// The attempt failed: roll it back, then retry (queued, if fair and refused) or stop.
-    fn fail(&self, client: &mut Client, answers: &[Answer; NODES], refused: bool) {
+    /// A queued attempt of the direct grant rolls back on every node, those that refused
+    /// too: a grant may have landed there since, and the rollback gives it back.
+    pub(crate) fn fail(&self, client: &mut Client, answers: &[Answer; NODES], refused: bool) {
+        let everywhere = client.grants && client.queued;
         client.valid = false;
         client.lease = None;
+        client.awaiting = false;
         if refused && self.fair {
             client.queued = true;
         }
-        Self::start_round(client, Request::Rollback, answers);
+        let skip = if everywhere {
+            &[Answer::Pending; NODES]
+        } else {
+            answers
+        };
+        Self::start_round(client, Request::Rollback, skip);
     }
 
     /// Acts on the client's rounds as soon as each is decided, as the coordinator does: the
@@ -53,6 +62,14 @@ impl Protocol {
                         _ => Straggler::None,
                     };
                 }
+                let heard = std::mem::take(&mut client.heard);
+                client.awaiting = false;
+                if heard && self.grant_mutation == Some(GrantMutation::ValidityFromArrival) {
+                    // The lease's validity counted from the last grant's arrival: it runs
+                    // now, and none of the keys' TTLs began inside it.
+                    client.valid = true;
+                    client.generation = 1;
+                }
                 if !client.valid {
                     // Validity exhausted: no lease, and the late requests are never sent.
                     client.stragglers = [Straggler::None; NODES];
@@ -61,7 +78,20 @@ impl Protocol {
                     client.highest = 0;
                     Self::start_round(client, Request::ReadCounter, &answers);
                 } else {
+                    state.held_by_grant |= heard;
                     grant = Some(None);
+                }
+            }
+            // Refused by some node as a queued waiter of the direct grant: wait for the
+            // refusing nodes' grants (Hear) or give up (GiveUp), as long as the validity
+            // runs.
+            Request::Lock if everyone && client.grants && client.queued && client.valid => {
+                let refused = count(&answers, Answer::No) > 0;
+                if !refused {
+                    self.fail(client, &answers, false);
+                } else {
+                    client.awaiting = true;
+                    return None;
                 }
             }
             // No quorum: the coordinator hears every node out before rolling back.
@@ -91,6 +121,10 @@ impl Protocol {
                 if gave_up && client.queued {
                     // A blocking acquisition that ends without the lock gives its place back.
                     Self::start_round(client, Request::LeaveQueue, &[Answer::Pending; NODES]);
+                } else if request == Request::Release && self.reacquire {
+                    // A worker that takes the lock again: its next acquisition begins
+                    // while it has attempts left.
+                    client.done = client.attempts_left == 0;
                 } else if request != Request::Rollback || gave_up {
                     client.done = true;
                 }
