@@ -321,25 +321,25 @@ async fn measure(
             // Room for exactly the guards, as a service that knows how many it holds
             // would take (collected, the vector would double past them).
             let mut guards: Vec<LockGuard> = Vec::with_capacity(locks);
-            let mut acquired = stream::iter(0..locks)
-                .map(|i| acquire(&lock, i))
-                .buffer_unordered(64);
-            while let Some(guard) = acquired.next().await {
-                guards.push(guard);
-            }
-            drop(acquired);
             let session = (keeper == Keeper::Session).then(|| {
                 let options = SessionOptions::default().chunk(options.chunk);
                 Session::with_options(&lock, options).expect("--chunk")
             });
-            for guard in &mut guards {
+            // Each lock kept alive as soon as it is won, as a service would: at 100,000
+            // locks the acquisitions take longer than the TTL.
+            let mut acquired = stream::iter(0..locks)
+                .map(|i| acquire(&lock, i))
+                .buffer_unordered(64);
+            while let Some(mut guard) = acquired.next().await {
                 match &session {
-                    Some(session) => session.keep(guard).expect("joins"),
+                    Some(session) => session.keep(&mut guard).expect("joins"),
                     None => guard
                         .auto_extend(AutoExtend::default())
                         .expect("the default interval"),
                 }
+                guards.push(guard);
             }
+            drop(acquired);
             let guards = Arc::new(guards);
             let watch = Watch::start(cluster).await;
             let poll = Poll::start(Arc::clone(&guards), last);
@@ -368,24 +368,10 @@ async fn measure(
         Keeper::RslockLoop => {
             let manager = rslock::LockManager::new(urls.to_vec());
             let baseline = LIVE.load(Ordering::Relaxed);
-            let mut held: Vec<rslock::Lock> = Vec::with_capacity(locks);
-            let mut acquired = stream::iter(0..locks)
-                .map(|i| {
-                    let manager = &manager;
-                    let ttl = options.ttl;
-                    async move {
-                        manager
-                            .acquire_no_guard(format!("keep:{i}").as_bytes(), ttl)
-                            .await
-                            .expect("rslock acquires")
-                    }
-                })
-                .buffer_unordered(64);
-            while let Some(lock) = acquired.next().await {
-                held.push(lock);
-            }
-            drop(acquired);
-            let held = Arc::new(held);
+            // The extension loop runs from the first lock on, over the list as it grows,
+            // as a service would run it: at 100,000 locks the acquisitions take longer than
+            // the TTL.
+            let held = Arc::new(tokio::sync::RwLock::new(Vec::with_capacity(locks)));
             let lost = Arc::new(AtomicUsize::new(0));
             let gaps = Arc::new(Mutex::new(Duration::ZERO));
             let extender = {
@@ -401,7 +387,7 @@ async fn measure(
                     loop {
                         tokio::time::sleep_until(last + ttl / 3).await;
                         let round = Instant::now();
-                        let failures = extend_all(&manager, &held, ttl).await;
+                        let failures = extend_all(&manager, &held.read().await, ttl).await;
                         lost.fetch_add(failures, Ordering::Relaxed);
                         let mut gap = gaps.lock().unwrap();
                         *gap = (*gap).max(Instant::now().saturating_duration_since(last));
@@ -409,11 +395,28 @@ async fn measure(
                     }
                 })
             };
+            let mut acquired = stream::iter(0..locks)
+                .map(|i| {
+                    let manager = &manager;
+                    let ttl = options.ttl;
+                    async move {
+                        manager
+                            .acquire_no_guard(format!("keep:{i}").as_bytes(), ttl)
+                            .await
+                            .expect("rslock acquires")
+                    }
+                })
+                .buffer_unordered(64);
+            while let Some(lock) = acquired.next().await {
+                held.write().await.push(lock);
+            }
+            drop(acquired);
             let watch = Watch::start(cluster).await;
             let heap = sample_heap(&watch, options.hold, baseline).await;
             let (held_for, requests_per_sec, cpu) = watch.stop(cluster).await;
             extender.abort();
             let longest = *gaps.lock().unwrap();
+            let held = held.read().await;
             stream::iter(held.iter())
                 .for_each_concurrent(64, |lock| manager.unlock(lock))
                 .await;
