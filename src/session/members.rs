@@ -34,8 +34,7 @@ pub(crate) struct Cadence {
 
 impl Cadence {
     /// How long before a lock is due a round starts, after a round that took `round`:
-    /// twice that, the first retry and a node timeout, at most half the interval (rounds
-    /// then come at most twice as often: still one request per node and chunk a round).
+    /// twice that, the first retry and a node timeout, at most a quarter of the interval.
     /// A lock in the round's last chunk is sent as long as the round takes after its
     /// start; one the round could not confirm (a node slow for one chunk is not sent the
     /// rest of the round) is sent again after the round, the retry and as long again.
@@ -44,7 +43,7 @@ impl Cadence {
             .saturating_mul(2)
             .saturating_add(self.first_retry)
             .saturating_add(self.node_timeout)
-            .min(self.interval / 2)
+            .min(self.interval / 4)
     }
 
     /// Below this much validity left, a lock's extension can no longer be confirmed in
