@@ -47,8 +47,11 @@ async fn many_locks_are_extended_by_one_call_per_node_and_chunk() {
     tokio::time::sleep(TTL * 2 / 3 + TTL / 6).await;
     for (index, node) in cluster.nodes().iter().enumerate() {
         let calls = command_calls(node, "evalsha").await + command_calls(node, "eval").await;
-        // 1000 locks in chunks of 250: four calls a round, two or three rounds.
-        assert!((8..=12).contains(&calls), "node {index}: {calls} calls");
+        // 1000 locks in chunks of 250: four calls a round. Rounds come every interval
+        // (500 ms) less their lead (at most a quarter of the interval), and a retry may
+        // resend a round's unconfirmed chunks on a busy machine: two to four rounds in
+        // these 1.25 s, and a few retried chunks. A call per lock would be 1000 a round.
+        assert!((8..=24).contains(&calls), "node {index}: {calls} calls");
     }
     for guard in &guards {
         assert!(!guard.lost().is_lost());
