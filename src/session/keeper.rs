@@ -13,7 +13,7 @@ use crate::lease::Lease;
 
 /// Extends the members of `members` until the session ends, so that each lock is extended
 /// within `cadence.interval` of its last extension: a round starts that much after the
-/// previous one, less a lead (as long as the last round took, and one retry), since a lock
+/// previous one, less a lead (twice the last round's length, and one retry), since a lock
 /// in a late chunk is sent later in its round, and one the round could not confirm is
 /// sent again after a retry. A member that joins due earlier brings the round forward.
 ///
@@ -27,7 +27,7 @@ pub(crate) async fn keep(members: Arc<Members>) {
     // The first retry comes after two node timeouts, so that a glitch costs a lock some
     // 100 ms of its interval; later ones back off to a twentieth of the TTL, so that a
     // majority down is not sent every lock ten times a second.
-    let first_retry = cadence.first_retry;
+    let first_retry = cadence.first_retry();
     let last_retry = first_retry.max(config.ttl() / 20);
     let margin = cadence.margin();
     let mut lead = cadence.lead(Duration::ZERO);

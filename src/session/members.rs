@@ -27,12 +27,15 @@ pub(crate) struct Cadence {
     /// longer costs no safety, since each lock's validity counts from the request's
     /// sending and a confirmation after its old deadline is refused.
     pub(crate) request_timeout: Duration,
-    /// The first retry of a lock a round could not confirm: two node timeouts.
-    pub(crate) first_retry: Duration,
     pub(crate) node_timeout: Duration,
 }
 
 impl Cadence {
+    /// The first retry of a lock a round could not confirm: two node timeouts.
+    pub(crate) fn first_retry(&self) -> Duration {
+        self.node_timeout.saturating_mul(2)
+    }
+
     /// How long before a lock is due a round starts, after a round that took `round`:
     /// twice that, the first retry and a node timeout, at most a quarter of the interval.
     /// A lock in the round's last chunk is sent as long as the round takes after its
@@ -41,7 +44,7 @@ impl Cadence {
     pub(crate) fn lead(&self, round: Duration) -> Duration {
         round
             .saturating_mul(2)
-            .saturating_add(self.first_retry)
+            .saturating_add(self.first_retry())
             .saturating_add(self.node_timeout)
             .min(self.interval / 4)
     }

@@ -106,7 +106,6 @@ impl SessionOptions {
             interval,
             chunk: self.chunk,
             request_timeout: config.node_timeout().max(interval / 20),
-            first_retry: config.node_timeout().saturating_mul(2),
             node_timeout: config.node_timeout(),
         }
     }
