@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{FuturesOrdered, StreamExt};
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use super::Coordinator;
@@ -42,13 +42,15 @@ pub(crate) struct Unconfirmed {
 
 impl Coordinator {
     /// Extends every lease of `leases` on every node, `chunk` leases per request, each
-    /// request given `timeout` from its sending, and records each one's outcome in it: its new deadline, or its end when the lock proved
-    /// gone ([`LockError::NotHeld`]) or its deadline passed first. Returns the leases it
-    /// could not decide either way.
+    /// request given `timeout` from its sending, and records each one's outcome in it: its
+    /// new deadline, or its end when the lock proved gone ([`LockError::NotHeld`]) or its
+    /// deadline passed first. Returns the leases it could not decide either way.
     ///
-    /// A node that fails one chunk (a timeout, a broken connection) is not sent the rest
-    /// of the round: its failure counts for every lease, and the round does not wait a
-    /// node timeout per chunk for a node that is down.
+    /// `round` numbers the caller's rounds: each node begins each round at a chunk of its
+    /// own, drawn from it, so that no lease is always in a node's last chunks (the ones a
+    /// node that stalls, or that is given up for the round, is not sent). A node that
+    /// fails twice in a row is not sent the rest of the round (see `renew_on`): the round
+    /// does not wait a node timeout per chunk for a node that is down.
     ///
     /// # Cancel safety
     ///
@@ -58,9 +60,16 @@ impl Coordinator {
         &self,
         leases: &[Arc<Lease>],
         chunk: usize,
+        round: u64,
         timeout: Duration,
     ) -> Vec<Unconfirmed> {
         let chunk = chunk.max(1);
+        let count = leases.len().div_ceil(chunk).max(1);
+        let nodes = self.nodes.len();
+        // Fibonacci hashing spreads consecutive rounds' starts over the chunks; the nodes'
+        // starts are spread evenly from there, so that no two lose the same chunks to a
+        // stall at the same moment of their rounds.
+        let drawn = (round.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize;
         let started = Instant::now();
         let live: Vec<bool> = leases
             .iter()
@@ -68,7 +77,8 @@ impl Coordinator {
             .collect();
         let mut rounds = Vec::with_capacity(self.nodes.len());
         for (index, node) in self.nodes.iter().enumerate() {
-            rounds.push(self.renew_on(index, &**node, leases, &live, chunk, timeout));
+            let start = (drawn + index * count / nodes) % count;
+            rounds.push(self.renew_on(index, &**node, leases, &live, chunk, start, timeout));
         }
         let replies = futures::future::join_all(rounds).await;
         let mut unconfirmed = Vec::new();
@@ -100,7 +110,16 @@ impl Coordinator {
     }
 
     /// Sends `leases` to node `index` in chunks, a few at a time, each bounded by `timeout`
-    /// from its own sending; stops at the first failure. The replies, by chunk.
+    /// from its own sending, beginning with chunk `start` and wrapping around. The
+    /// replies, by chunk.
+    ///
+    /// A failure is not the node's end: a node that stalls for a moment fails the chunks
+    /// in flight meanwhile, and the rest of the round must still reach it, or the locks of
+    /// the round's later chunks would go unextended there. After a failure the node is
+    /// sent one chunk at a time until one succeeds; it is given up for the round only when
+    /// a chunk sent after a failure fails too (a node that is down or frozen costs the
+    /// round the chunks in flight and one more, and two node timeouts).
+    #[allow(clippy::too_many_arguments)] // one node's share of `renew`'s round
     async fn renew_on(
         &self,
         index: usize,
@@ -108,36 +127,57 @@ impl Coordinator {
         leases: &[Arc<Lease>],
         live: &[bool],
         chunk: usize,
+        start: usize,
         timeout: Duration,
     ) -> Vec<ChunkReply> {
-        let mut chunks = leases.chunks(chunk).zip(live.chunks(chunk));
-        let mut in_flight = FuturesOrdered::new();
-        let mut replies = Vec::with_capacity(leases.len().div_ceil(chunk));
-        let mut failed = false;
+        let count = leases.len().div_ceil(chunk);
+        let mut order = (0..count).map(|i| (start + i) % count);
+        let mut in_flight = FuturesUnordered::new();
+        let mut replies: Vec<Option<ChunkReply>> = (0..count).map(|_| None).collect();
+        let mut window = CHUNKS_IN_FLIGHT;
+        // How many chunks had been sent when the node's last failure was seen, unless a
+        // chunk succeeded since: a chunk sent after that which fails too gives it up.
+        let mut sent = 0;
+        let mut failed_after: Option<usize> = None;
+        let mut given_up = false;
         loop {
-            while in_flight.len() < CHUNKS_IN_FLIGHT && !failed {
-                let Some((leases, live)) = chunks.next() else {
+            while in_flight.len() < window && !given_up {
+                let Some(number) = order.next() else {
                     break;
                 };
-                in_flight.push_back(self.timed_chunk(index, node, leases, live, timeout));
+                let span = number * chunk..((number + 1) * chunk).min(leases.len());
+                let reply =
+                    self.timed_chunk(index, node, &leases[span.clone()], &live[span], timeout);
+                let sequence = sent;
+                sent += 1;
+                in_flight.push(async move { (number, sequence, reply.await) });
             }
-            let Some(reply) = in_flight.next().await else {
+            let Some((number, sequence, reply)) = in_flight.next().await else {
                 break;
             };
-            failed |= reply.flags.is_err();
-            replies.push(reply);
+            if reply.flags.is_ok() {
+                window = CHUNKS_IN_FLIGHT;
+                failed_after = None;
+            } else {
+                given_up |= failed_after.is_some_and(|after| sequence >= after);
+                failed_after = failed_after.or(Some(sent));
+                window = 1;
+            }
+            replies[number] = Some(reply);
         }
         let now = Instant::now();
-        for _ in chunks {
-            replies.push(ChunkReply {
-                sent: now,
-                answered: now,
-                flags: Err(NodeError::Connection(
-                    "not asked: it failed an earlier chunk of the round".to_owned(),
-                )),
-            });
-        }
         replies
+            .into_iter()
+            .map(|reply| {
+                reply.unwrap_or_else(|| ChunkReply {
+                    sent: now,
+                    answered: now,
+                    flags: Err(NodeError::Connection(
+                        "not asked: it failed twice in a row earlier in the round".to_owned(),
+                    )),
+                })
+            })
+            .collect()
     }
 
     /// One chunk's request to node `index`, timed, and counted in the node's metrics.

@@ -34,6 +34,7 @@ pub(crate) async fn keep(members: Arc<Members>) {
     let mut retry = first_retry;
     let mut retrying: Vec<Arc<Lease>> = Vec::new();
     let mut retry_at: Option<Instant> = None;
+    let mut rounds: u64 = 0;
     loop {
         let due = members.next_round();
         let wake = retry_at.map_or(due, |retry_at| retry_at.min(due));
@@ -67,8 +68,9 @@ pub(crate) async fn keep(members: Arc<Members>) {
         }
         // Boxed for the round only: the keeper sleeps most of its life, and would
         // otherwise keep room for the whole round the while.
-        let unconfirmed =
-            Box::pin(coordinator.renew(&leases, cadence.chunk, cadence.request_timeout)).await;
+        rounds = rounds.wrapping_add(1);
+        let renewal = coordinator.renew(&leases, cadence.chunk, rounds, cadence.request_timeout);
+        let unconfirmed = Box::pin(renewal).await;
         let now = Instant::now();
         if full {
             // Planned again with this round's lead: a round much slower than the one

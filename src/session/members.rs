@@ -23,7 +23,7 @@ pub(crate) struct Cadence {
     /// twentieth of the interval if longer. A request carries a chunk of locks, not one
     /// (some 20 KB and hundreds of key operations in a script), and four wait on each
     /// connection: on a busy machine a node timeout made for one command is missed now
-    /// and then, and a node that misses one is not sent the rest of the round. Waiting
+    /// and then, and each miss costs the round a chunk on that node. Waiting
     /// longer costs no safety, since each lock's validity counts from the request's
     /// sending and a confirmation after its old deadline is refused.
     pub(crate) request_timeout: Duration,
@@ -39,8 +39,8 @@ impl Cadence {
     /// How long before a lock is due a round starts, after a round that took `round`:
     /// twice that, the first retry and a node timeout, at most a quarter of the interval.
     /// A lock in the round's last chunk is sent as long as the round takes after its
-    /// start; one the round could not confirm (a node slow for one chunk is not sent the
-    /// rest of the round) is sent again after the round, the retry and as long again.
+    /// start; one the round could not confirm (a node slow for its chunk) is sent again
+    /// after the round, the retry and as long again.
     pub(crate) fn lead(&self, round: Duration) -> Duration {
         round
             .saturating_mul(2)
