@@ -77,7 +77,7 @@ impl Coordinator {
             .collect();
         let mut rounds = Vec::with_capacity(self.nodes.len());
         for (index, node) in self.nodes.iter().enumerate() {
-            let start = (drawn + index * count / nodes) % count;
+            let start = (drawn % count + index * count / nodes) % count;
             rounds.push(self.renew_on(index, &**node, leases, &live, chunk, start, timeout));
         }
         let replies = futures::future::join_all(rounds).await;
@@ -135,8 +135,8 @@ impl Coordinator {
         let mut in_flight = FuturesUnordered::new();
         let mut replies: Vec<Option<ChunkReply>> = (0..count).map(|_| None).collect();
         let mut window = CHUNKS_IN_FLIGHT;
-        // How many chunks had been sent when the node's last failure was seen, unless a
-        // chunk succeeded since: a chunk sent after that which fails too gives it up.
+        // How many chunks had been sent when the node's first failure since its last
+        // success was seen: a chunk sent after that which fails too gives the node up.
         let mut sent = 0;
         let mut failed_after: Option<usize> = None;
         let mut given_up = false;
