@@ -21,6 +21,7 @@
 
 mod hints;
 mod request;
+mod shared_encoding;
 mod watch;
 
 use std::fmt;
@@ -36,6 +37,7 @@ use crate::token::LockToken;
 
 pub use self::hints::NodeHints;
 pub use self::request::{Beside, NodeReply, NodeRequest, QueuePlace, Renewal};
+pub use self::shared_encoding::SharedEncoding;
 pub(crate) use self::watch::WatchedChannels;
 pub use self::watch::{Announcement, ReleaseWatch};
 
@@ -169,14 +171,20 @@ impl<'n> dyn LockNode + 'n {
     /// [`NodeRequest::ExtendMany`]: for each renewal, whether its TTLs were set. On a node
     /// that does not support it, each renewal goes as its own request, all at once, and
     /// the first failure fails the whole (the caller counts the node as failed for every
-    /// renewal, which only costs it a retry).
+    /// renewal, which only costs it a retry). `encoding` is shared with the other nodes
+    /// the same renewals go to.
     pub fn extend_many<'a>(
         &'a self,
         renewals: &'a [Renewal<'a>],
         ttl: Duration,
+        encoding: &'a SharedEncoding,
     ) -> impl Future<Output = Result<Vec<bool>, NodeError>> + Send + 'a {
         async move {
-            let request = NodeRequest::ExtendMany { renewals, ttl };
+            let request = NodeRequest::ExtendMany {
+                renewals,
+                ttl,
+                encoding,
+            };
             match self.call(request).await? {
                 NodeReply::Renewed(flags) if flags.len() == renewals.len() => Ok(flags),
                 NodeReply::Unsupported => {

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::shared_encoding::SharedEncoding;
 use super::watch::ReleaseWatch;
 use crate::held_as::HeldAs;
 use crate::token::LockToken;
@@ -259,6 +260,9 @@ pub enum NodeRequest<'a> {
         renewals: &'a [Renewal<'a>],
         /// Their new TTL.
         ttl: Duration,
+        /// The request's encoding, kept by the first node that sends it, for the others
+        /// the same request goes to.
+        encoding: &'a SharedEncoding,
     },
 }
 

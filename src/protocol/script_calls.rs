@@ -43,6 +43,16 @@ impl NodeScripts {
         scripts
     }
 
+    /// Every script, as if the node had run each once (tests of the calls by hash).
+    #[cfg(test)]
+    pub(crate) fn cached() -> Self {
+        let scripts = NodeScripts::new();
+        for script in &scripts.scripts {
+            script.cached.store(true, Ordering::Relaxed);
+        }
+        scripts
+    }
+
     /// The script `name`.
     pub(crate) fn get(&self, name: NodeScript) -> &Arc<CachedScript> {
         // `new` made one per name, in the order of `ALL`, whose order the enum follows.
@@ -75,6 +85,11 @@ impl CachedScript {
             load: OnceLock::new(),
             always_whole: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the node is known to have the script, so that a call goes by its hash.
+    pub(crate) fn is_cached(&self) -> bool {
+        self.cached.load(Ordering::Relaxed)
     }
 
     /// Runs `command`, a call of this script, through `send`, and returns the node's
@@ -163,11 +178,17 @@ impl<'a> ScriptCall<'a> {
     /// queue keys, the watch markers, then the arguments. It saves the script invocation's
     /// intermediate vectors and strings on every call.
     pub(crate) fn command(&self) -> Cmd {
+        self.command_by(self.script.is_cached())
+    }
+
+    /// The call as [`command`](Self::command) makes it, by the script's hash when
+    /// `by_hash`, else whole.
+    pub(crate) fn command_by(&self, by_hash: bool) -> Cmd {
         let ScriptCall { script, keys, args } = *self;
         let (queues_of, markers_of) = script.name.layout().extra_keys(keys);
         let key_count = keys.len() + 2 * queues_of.len() + markers_of.len();
         let key_bytes = |keys: &[Arc<str>]| keys.iter().map(|key| key.len()).sum::<usize>();
-        let cached = script.cached.load(Ordering::Relaxed);
+        let cached = by_hash;
         let code = script.name.source();
         let bytes = 64
             + if cached { 0 } else { code.len() }

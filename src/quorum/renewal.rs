@@ -6,7 +6,8 @@
 //! late chunk is not given less validity than it has, nor one in an early chunk more: at
 //! `sent + ttl` the node that extended it still holds it, whatever came after.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -16,12 +17,71 @@ use super::Coordinator;
 use crate::error::{LeaseEnd, LockError, NodeError, NodeFailure};
 use crate::lease::Lease;
 use crate::metrics::Counters;
-use crate::node::{Beside, LockNode, Renewal};
+use crate::node::{Beside, LockNode, Renewal, SharedEncoding};
 
 /// How many chunks of one round may be in flight to one node at once: enough to keep the
 /// connection busy while the node runs a chunk's script, few enough that no chunk waits
 /// behind the others for longer than its own node timeout.
 const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// How many prepared chunks a round keeps for the nodes still to send them: the nodes go
+/// through the chunks in the same order, a few in flight each, so a chunk is sent to all
+/// of them within a few chunks of the first; a node further behind prepares its own.
+const CHUNKS_KEPT: usize = 2 * CHUNKS_IN_FLIGHT;
+
+/// One chunk of a round as every node is sent it: the renewals of its live leases, where
+/// each sits in the chunk, and the encoding that the first node to send it keeps for the
+/// others (a chunk is the same request on every node: see [`SharedEncoding`]).
+struct Prepared<'r> {
+    /// The positions in the chunk of the leases sent (those still live when the round
+    /// began); the others read as refused.
+    sent: Vec<usize>,
+    renewals: Vec<Renewal<'r>>,
+    encoding: SharedEncoding,
+}
+
+/// The chunks of a round prepared last, with their places in the round's order: the first
+/// node to reach a chunk prepares it, and the others take it from here while it is kept.
+struct Chunks<'r> {
+    leases: &'r [Arc<Lease>],
+    live: &'r [bool],
+    size: usize,
+    /// (place in the order, chunk number, the chunk), oldest first.
+    kept: Mutex<VecDeque<(usize, usize, Arc<Prepared<'r>>)>>,
+}
+
+impl<'r> Chunks<'r> {
+    /// Chunk `number`, the `place`-th of the round's order, prepared once for every node
+    /// that reaches it while it is kept.
+    fn get(&self, place: usize, number: usize) -> Arc<Prepared<'r>> {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, _, prepared)) = kept.iter().find(|(_, kept, _)| *kept == number) {
+            return Arc::clone(prepared);
+        }
+        let prepared = Arc::new(self.prepare(number));
+        // Kept only when it is the newest: a node that reaches an older chunk no longer
+        // kept lags behind the others, which need it no more.
+        if kept.back().is_none_or(|(newest, _, _)| place > *newest) {
+            kept.push_back((place, number, Arc::clone(&prepared)));
+            if kept.len() > CHUNKS_KEPT {
+                kept.pop_front();
+            }
+        }
+        prepared
+    }
+
+    fn prepare(&self, number: usize) -> Prepared<'r> {
+        let span = number * self.size..((number + 1) * self.size).min(self.leases.len());
+        let (leases, live) = (&self.leases[span.clone()], &self.live[span]);
+        let sent: Vec<usize> = (0..leases.len()).filter(|&i| live[i]).collect();
+        let renewals = sent.iter().map(|&i| renewal(&leases[i])).collect();
+        Prepared {
+            sent,
+            renewals,
+            encoding: SharedEncoding::new(),
+        }
+    }
+}
 
 /// What one node answered for one chunk: when it was sent and answered, and one flag per
 /// lease, or how it failed.
@@ -46,11 +106,12 @@ impl Coordinator {
     /// new deadline, or its end when the lock proved gone ([`LockError::NotHeld`]) or its
     /// deadline passed first. Returns the leases it could not decide either way.
     ///
-    /// `round` numbers the caller's rounds: each node begins each round at a chunk of its
-    /// own, drawn from it, so that no lease is always in a node's last chunks (the ones a
-    /// node that stalls, or that is given up for the round, is not sent). A node that
-    /// fails twice in a row is not sent the rest of the round (see `renew_on`): the round
-    /// does not wait a node timeout per chunk for a node that is down.
+    /// `round` numbers the caller's rounds: each round begins at a chunk drawn from it, so
+    /// that no lease is always in the round's last chunks (the ones a node that stalls, or
+    /// that is given up for the round, is not sent). Every node goes through the chunks in
+    /// the same order, so that each chunk is prepared and encoded once for all of them. A
+    /// node that fails twice in a row is not sent the rest of the round (see `renew_on`):
+    /// the round does not wait a node timeout per chunk for a node that is down.
     ///
     /// # Cancel safety
     ///
@@ -65,22 +126,25 @@ impl Coordinator {
     ) -> Vec<Unconfirmed> {
         let chunk = chunk.max(1);
         let count = leases.len().div_ceil(chunk).max(1);
-        let nodes = self.nodes.len();
-        // Fibonacci hashing spreads consecutive rounds' starts over the chunks; the nodes'
-        // starts are spread evenly from there, so that no two lose the same chunks to a
-        // stall at the same moment of their rounds.
-        let drawn = (round.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize;
+        // Fibonacci hashing spreads consecutive rounds' starts over the chunks.
+        let start = (round.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % count;
         let started = Instant::now();
         let live: Vec<bool> = leases
             .iter()
             .map(|lease| lease.deadline() > started && !lease.has_ended())
             .collect();
+        let chunks = Chunks {
+            leases,
+            live: &live,
+            size: chunk,
+            kept: Mutex::new(VecDeque::with_capacity(CHUNKS_KEPT + 1)),
+        };
         let mut rounds = Vec::with_capacity(self.nodes.len());
         for (index, node) in self.nodes.iter().enumerate() {
-            let start = (drawn % count + index * count / nodes) % count;
-            rounds.push(self.renew_on(index, &**node, leases, &live, chunk, start, timeout));
+            rounds.push(self.renew_on(index, &**node, &chunks, start, timeout));
         }
         let replies = futures::future::join_all(rounds).await;
+        drop(chunks);
         let mut unconfirmed = Vec::new();
         // One scratch for every lease's count: a round settles thousands of leases, and
         // would otherwise allocate for each.
@@ -109,9 +173,9 @@ impl Coordinator {
         unconfirmed
     }
 
-    /// Sends `leases` to node `index` in chunks, a few at a time, each bounded by `timeout`
-    /// from its own sending, beginning with chunk `start` and wrapping around. The
-    /// replies, by chunk.
+    /// Sends the round's `chunks` to node `index`, a few at a time, each bounded by
+    /// `timeout` from its own sending, beginning with chunk `start` and wrapping around.
+    /// The replies, by chunk.
     ///
     /// A failure is not the node's end: a node that stalls for a moment fails the chunks
     /// in flight meanwhile, and the rest of the round must still reach it, or the locks of
@@ -119,19 +183,16 @@ impl Coordinator {
     /// sent one chunk at a time until one succeeds; it is given up for the round only when
     /// a chunk sent after a failure fails too (a node that is down or frozen costs the
     /// round the chunks in flight and one more, and two node timeouts).
-    #[allow(clippy::too_many_arguments)] // one node's share of `renew`'s round
     async fn renew_on(
         &self,
         index: usize,
         node: &dyn LockNode,
-        leases: &[Arc<Lease>],
-        live: &[bool],
-        chunk: usize,
+        chunks: &Chunks<'_>,
         start: usize,
         timeout: Duration,
     ) -> Vec<ChunkReply> {
-        let count = leases.len().div_ceil(chunk);
-        let mut order = (0..count).map(|i| (start + i) % count);
+        let count = chunks.leases.len().div_ceil(chunks.size);
+        let mut order = (0..count).map(|place| (place, (start + place) % count));
         let mut in_flight = FuturesUnordered::new();
         let mut replies: Vec<Option<ChunkReply>> = (0..count).map(|_| None).collect();
         let mut window = CHUNKS_IN_FLIGHT;
@@ -142,15 +203,19 @@ impl Coordinator {
         let mut given_up = false;
         loop {
             while in_flight.len() < window && !given_up {
-                let Some(number) = order.next() else {
+                let Some((place, number)) = order.next() else {
                     break;
                 };
-                let span = number * chunk..((number + 1) * chunk).min(leases.len());
-                let reply =
-                    self.timed_chunk(index, node, &leases[span.clone()], &live[span], timeout);
+                let prepared = chunks.get(place, number);
+                let size = chunks.size.min(chunks.leases.len() - number * chunks.size);
                 let sequence = sent;
                 sent += 1;
-                in_flight.push(async move { (number, sequence, reply.await) });
+                in_flight.push(async move {
+                    let reply = self
+                        .timed_chunk(index, node, &prepared, size, timeout)
+                        .await;
+                    (number, sequence, reply)
+                });
             }
             let Some((number, sequence, reply)) = in_flight.next().await else {
                 break;
@@ -185,13 +250,13 @@ impl Coordinator {
         &self,
         index: usize,
         node: &dyn LockNode,
-        leases: &[Arc<Lease>],
-        live: &[bool],
+        prepared: &Prepared<'_>,
+        size: usize,
         timeout: Duration,
     ) -> ChunkReply {
         let ttl = self.config.key_ttl();
         let sent = Instant::now();
-        let flags = self.renew_chunk(node, leases, live, ttl, timeout).await;
+        let flags = renew_chunk(node, prepared, size, ttl, timeout).await;
         let answered = Instant::now();
         match &flags {
             Ok(_) => self
@@ -211,31 +276,6 @@ impl Coordinator {
             answered,
             flags,
         }
-    }
-
-    /// One chunk's request: the live leases of `leases` (a lease already expired is not
-    /// sent, and reads as refused), within `timeout`.
-    async fn renew_chunk(
-        &self,
-        node: &dyn LockNode,
-        leases: &[Arc<Lease>],
-        live: &[bool],
-        ttl: Duration,
-        timeout: Duration,
-    ) -> Result<Vec<bool>, NodeError> {
-        let sent: Vec<usize> = (0..leases.len()).filter(|&i| live[i]).collect();
-        if sent.is_empty() {
-            return Ok(vec![false; leases.len()]);
-        }
-        let renewals: Vec<Renewal<'_>> = sent.iter().map(|&i| renewal(&leases[i])).collect();
-        let flags = tokio::time::timeout(timeout, node.extend_many(&renewals, ttl))
-            .await
-            .map_err(|_| NodeError::Timeout(timeout))??;
-        let mut all = vec![false; leases.len()];
-        for (i, flag) in sent.into_iter().zip(flags) {
-            all[i] = flag;
-        }
-        Ok(all)
     }
 
     /// Counts one lease's answers, one per node in the nodes' order (`None`: not asked),
@@ -318,6 +358,30 @@ struct Scratch<'r> {
     answers: Vec<Option<(&'r ChunkReply, Result<bool, &'r NodeError>)>>,
     sent: Vec<Instant>,
     answered: Vec<Instant>,
+}
+
+/// One chunk's request to `node`: the live leases of the `size` of the chunk (a lease
+/// already expired is not sent, and reads as refused), within `timeout`; a flag per lease
+/// of the chunk.
+async fn renew_chunk(
+    node: &dyn LockNode,
+    prepared: &Prepared<'_>,
+    size: usize,
+    ttl: Duration,
+    timeout: Duration,
+) -> Result<Vec<bool>, NodeError> {
+    let mut all = vec![false; size];
+    if prepared.sent.is_empty() {
+        return Ok(all);
+    }
+    let extension = node.extend_many(&prepared.renewals, ttl, &prepared.encoding);
+    let flags = tokio::time::timeout(timeout, extension)
+        .await
+        .map_err(|_| NodeError::Timeout(timeout))??;
+    for (&i, flag) in prepared.sent.iter().zip(flags) {
+        all[i] = flag;
+    }
+    Ok(all)
 }
 
 /// What the nodes are asked for `lease`: its keys under its token, with what lives beside

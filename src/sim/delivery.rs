@@ -55,7 +55,9 @@ impl SimNode {
         let announce = self.lock().pubsub.announcing;
         let (command, script, resend, read) =
             match wire(request, &self.connection.scripts, announce)? {
-                Wire::Command { command, read } => (command, None, Resend::AfterReload, read),
+                Wire::Command { command, read } => {
+                    (Arc::new(command), None, Resend::AfterReload, read)
+                }
                 Wire::Script {
                     script,
                     command,
@@ -363,7 +365,7 @@ impl SimNode {
 async fn run_script(
     node: SimNode,
     script: Arc<CachedScript>,
-    command: Cmd,
+    command: Arc<Cmd>,
     resend: Resend,
     index: usize,
     sending: Sending,

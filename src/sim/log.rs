@@ -299,7 +299,7 @@ impl Op {
             } => (Op::LockPermit { ttl }, keys, Some(token), None),
             NodeRequest::Proclaim { keys, token, .. } => (Op::Proclaim, keys, Some(token), None),
             NodeRequest::ReadProclamation { keys } => (Op::ReadProclamation, keys, None, None),
-            NodeRequest::ExtendMany { renewals, ttl } => {
+            NodeRequest::ExtendMany { renewals, ttl, .. } => {
                 let op = Op::ExtendMany {
                     ttl,
                     leases: renewals.len(),

@@ -3,12 +3,15 @@
 //! own, and the session's end when no quorum can be kept. (`tests/servers/session.rs`
 //! kills, freezes and edits real servers under a session.)
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::sim::{Op, SimCluster};
+use futures::future::BoxFuture;
+use quorumlock::node::{LockNode, NodeHints, NodeReply, NodeRequest};
+use quorumlock::sim::{Op, SimCluster, SimNode};
 use quorumlock::{
-    Election, LeaseEnd, LockConfig, LockError, LockGuard, Redlock, RwLock, Semaphore, Session,
-    SessionEnd, SessionOptions,
+    Election, LeaseEnd, LockConfig, LockError, LockGuard, NodeError, Redlock, RwLock, Semaphore,
+    Session, SessionEnd, SessionOptions,
 };
 use tokio::time::Instant;
 
@@ -37,6 +40,15 @@ fn extensions(cluster: &SimCluster) -> Vec<(usize, usize, usize)> {
                 .collect();
             (plain, batched.len(), batched.iter().sum())
         })
+        .collect()
+}
+
+/// When each batched extension was sent to `node`.
+fn batched_sends(node: &SimNode) -> Vec<Instant> {
+    node.log()
+        .iter()
+        .filter(|r| matches!(r.op, Op::ExtendMany { .. }))
+        .map(|r| r.sent_at)
         .collect()
 }
 
@@ -82,13 +94,71 @@ async fn many_locks_cost_one_request_per_node_and_chunk_per_interval() {
     assert_eq!(all_keys(&cluster), []);
 }
 
+/// A node that notes, of each batched extension it is sent, whether another node had
+/// encoded the request already.
+#[derive(Debug)]
+struct NotesEncodings {
+    node: Arc<dyn LockNode>,
+    /// (requests, requests that found no encoding and made it).
+    counts: Arc<Mutex<(usize, usize)>>,
+}
+
+impl LockNode for NotesEncodings {
+    fn name(&self) -> &str {
+        self.node.name()
+    }
+
+    fn hints(&self) -> NodeHints {
+        self.node.hints()
+    }
+
+    fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
+        if let NodeRequest::ExtendMany { encoding, .. } = request {
+            let mut counts = self.counts.lock().unwrap();
+            counts.0 += 1;
+            counts.1 += usize::from(!encoding.is_encoded());
+        }
+        self.node.call(request)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_chunk_is_encoded_once_for_every_node() {
+    let cluster = cluster(5);
+    let counts = Arc::new(Mutex::new((0, 0)));
+    let nodes = cluster.lock_nodes_for("holder").into_iter().map(|node| {
+        Arc::new(NotesEncodings {
+            node,
+            counts: Arc::clone(&counts),
+        }) as Arc<dyn LockNode>
+    });
+    let lock = Redlock::from_nodes(nodes, config(TTL)).unwrap();
+    // 25 chunks a round: more than a round keeps prepared at once, so that the nodes must
+    // go through them together for each to be encoded once.
+    let session = Session::with_options(&lock, SessionOptions::default().chunk(10)).unwrap();
+    let guards = hold(&lock, &session, 250).await;
+    tokio::time::sleep(TTL * 2).await;
+
+    let (requests, encoded) = *counts.lock().unwrap();
+    assert!(requests >= 5 * 25 * 5, "{requests} requests");
+    assert_eq!(
+        encoded * 5,
+        requests,
+        "{encoded} encodings for {requests} requests"
+    );
+    for guard in &guards {
+        assert!(!guard.lost().is_lost(), "{}", guard.resource());
+        assert_eq!(holding(&cluster, guard), 5);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_lock_counts_its_validity_from_when_its_own_chunk_was_sent() {
     let cluster = cluster(3);
     let lock = client(&cluster, "holder", config(TTL));
     // One lock per request, four in flight per node, each request taking 5 ms at the
     // node: the round's last four locks on a node go out a request later than its first
-    // four (which locks those are differs between nodes and rounds).
+    // four (which locks those are differs between rounds).
     let session = Session::with_options(&lock, SessionOptions::default().chunk(1)).unwrap();
     let guards = hold(&lock, &session, 8).await;
     for node in cluster.nodes() {
@@ -98,17 +168,7 @@ async fn each_lock_counts_its_validity_from_when_its_own_chunk_was_sent() {
     let started = Instant::now();
     tokio::time::sleep(TTL / 3 + Duration::from_millis(50)).await;
 
-    let sends: Vec<Vec<Instant>> = cluster
-        .nodes()
-        .iter()
-        .map(|node| {
-            node.log()
-                .iter()
-                .filter(|r| matches!(r.op, Op::ExtendMany { .. }))
-                .map(|r| r.sent_at)
-                .collect()
-        })
-        .collect();
+    let sends: Vec<Vec<Instant>> = cluster.nodes().iter().map(batched_sends).collect();
     let mut froms: Vec<Instant> = guards.iter().map(LockGuard::acquired_at).collect();
     assert!(
         froms.iter().all(|&from| from > started),
@@ -360,13 +420,7 @@ async fn every_lock_is_extended_within_the_interval_even_when_a_round_must_retry
         note_extensions(&guards, &mut last, &mut longest);
     }
     // The slow round was retried: node 0 was sent two rounds well within an interval.
-    let sends: Vec<Instant> = cluster
-        .node(0)
-        .log()
-        .iter()
-        .filter(|r| matches!(r.op, Op::ExtendMany { .. }))
-        .map(|r| r.sent_at)
-        .collect();
+    let sends = batched_sends(cluster.node(0));
     let retried = sends
         .windows(2)
         .any(|pair| pair[1] - pair[0] > step * 10 && pair[1] - pair[0] < interval / 2);

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::RedisNode;
 use crate::backend::unawaited::{Awaited, Keep, Request};
 use crate::error::NodeError;
-use crate::node::{LockNode, NodeHints, NodeReply, NodeRequest, Renewal};
+use crate::node::{LockNode, NodeHints, NodeReply, NodeRequest, Renewal, SharedEncoding};
 use crate::protocol::keys::{RELEASE_CHANNEL_PREFIX, SHARDED_RELEASE_CHANNEL_PREFIX};
 use crate::protocol::{is_unreachable, wire_announcing, CachedScript, Resend, Wire};
 
@@ -44,7 +44,7 @@ impl LockNode for RedisNode {
     }
 
     fn call<'a>(&'a self, request: NodeRequest<'a>) -> BoxFuture<'a, Result<NodeReply, NodeError>> {
-        if let NodeRequest::ExtendMany { renewals, ttl } = request {
+        if let NodeRequest::ExtendMany { renewals, ttl, .. } = request {
             if self.link.routes_by_slot() && spans_slots(renewals) {
                 return self.extend_by_slot(renewals, ttl).boxed();
             }
@@ -122,10 +122,16 @@ impl RedisNode {
             indices.push(index);
             group.push(*renewal);
         }
-        let calls = by_slot.values().map(|(indices, group)| {
+        // Each slot's group is a request of its own, its encoding its own.
+        let groups: Vec<_> = by_slot
+            .values()
+            .map(|group| (group, SharedEncoding::new()))
+            .collect();
+        let calls = groups.iter().map(|((indices, group), encoding)| {
             let request = NodeRequest::ExtendMany {
                 renewals: group,
                 ttl,
+                encoding,
             };
             self.call(request)
                 .map(move |reply| (indices, reply, group.len()))
@@ -186,11 +192,14 @@ impl RedisNode {
     /// Runs `command`, a call of `script`, and returns its reply, loading the script when
     /// the node lost it. For the lock scripts: a lock call dropped midway took nothing, and
     /// need not go on.
-    async fn run_script(&self, script: &CachedScript, command: Cmd) -> redis::RedisResult<Value> {
+    async fn run_script(
+        &self,
+        script: &CachedScript,
+        command: Arc<Cmd>,
+    ) -> redis::RedisResult<Value> {
         // Shared by its sends rather than copied for each (a copy was two allocations and
         // the whole command copied, per node per round); only the SCRIPT LOAD of a reload
         // is copied.
-        let command = Arc::new(command);
         script
             .invoke(&command, Resend::AfterReload, |sent| {
                 let sent = if std::ptr::eq(sent, &*command) {
@@ -210,7 +219,7 @@ impl RedisNode {
     async fn run_repeatable_script(
         &self,
         script: &Arc<CachedScript>,
-        command: Cmd,
+        command: Arc<Cmd>,
     ) -> redis::RedisResult<Value> {
         let script = Arc::clone(script);
         let link = self.link.clone();

@@ -30,7 +30,7 @@ pub(super) fn proclaim<'a>(
     let args = [token.as_bytes(), record.as_bytes()];
     Ok(Wire::Script {
         script,
-        command: ScriptCall::new(script, &keys, &args).command(),
+        command: Arc::new(ScriptCall::new(script, &keys, &args).command()),
         resend: Resend::AlsoAfterReconnect,
         read: Read::Flag,
     })
@@ -53,7 +53,7 @@ pub(super) fn extend_leader<'a>(
     let args = [token.as_bytes(), ttl.as_bytes()];
     Ok(Wire::Script {
         script,
-        command: ScriptCall::new(script, &keys, &args).command(),
+        command: Arc::new(ScriptCall::new(script, &keys, &args).command()),
         resend: Resend::AlsoAfterReconnect,
         read: Read::Flag,
     })

@@ -41,8 +41,10 @@ pub(crate) enum Wire<'a> {
     Script {
         /// The script called, with whether the node is known to have it.
         script: &'a Arc<CachedScript>,
-        /// The call: `EVALSHA` or `EVAL`, the keys, the arguments.
-        command: Cmd,
+        /// The call: `EVALSHA` or `EVAL`, the keys, the arguments. Shared: by the sends of
+        /// one request (a resend after a reload), and by the nodes a chunk of a session's
+        /// extensions goes to.
+        command: Arc<Cmd>,
         /// When a failed call is sent again.
         resend: Resend,
         /// How its reply answers the request.
@@ -218,7 +220,11 @@ pub(crate) fn wire_announcing<'a>(
         NodeRequest::ExtendLeader { keys, token, ttl } => {
             election::extend_leader(scripts, keys, token, ttl)?
         }
-        NodeRequest::ExtendMany { renewals, ttl } => renewal::extend_many(scripts, renewals, ttl)?,
+        NodeRequest::ExtendMany {
+            renewals,
+            ttl,
+            encoding,
+        } => renewal::extend_many(scripts, renewals, ttl, encoding)?,
     })
 }
 
@@ -290,7 +296,7 @@ fn script_call<'a>(
     let script = scripts.get(name);
     Ok(Wire::Script {
         script,
-        command: ScriptCall::new(script, keys, args).command(),
+        command: Arc::new(ScriptCall::new(script, keys, args).command()),
         resend,
         read,
     })
