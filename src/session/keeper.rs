@@ -3,19 +3,20 @@
 //! ones a round could not confirm.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::members::Members;
+use super::members::{Members, Pace};
 use crate::error::{LeaseEnd, SessionEnd};
 use crate::lease::Lease;
 
 /// Extends the members of `members` until the session ends, so that each lock is extended
 /// within `cadence.interval` of its last extension: a round starts that much after the
-/// previous one, less a lead (twice the last round's length, and one retry), since a lock
-/// in a late chunk is sent later in its round, and one the round could not confirm is
-/// sent again after a retry. A member that joins due earlier brings the round forward.
+/// previous one, less a lead (twice as long as the round is expected to take, and one
+/// retry: see `Cadence::lead`), since a lock in a late chunk is sent later in its round,
+/// and one the round could not confirm is sent again after a retry. A member that joins
+/// due earlier brings the round forward, and so does a list grown enough that the round
+/// must start earlier.
 ///
 /// A lease a round could not confirm is tried again soon, then less and less often, while
 /// its validity lasts; once one of them has too little left for another try, the session
@@ -30,7 +31,6 @@ pub(crate) async fn keep(members: Arc<Members>) {
     let first_retry = cadence.first_retry();
     let last_retry = first_retry.max(config.ttl() / 20);
     let margin = cadence.margin();
-    let mut lead = cadence.lead(Duration::ZERO);
     let mut retry = first_retry;
     let mut retrying: Vec<Arc<Lease>> = Vec::new();
     let mut retry_at: Option<Instant> = None;
@@ -50,10 +50,9 @@ pub(crate) async fn keep(members: Arc<Members>) {
         let started = Instant::now();
         let full = started >= members.next_round();
         let leases = if full {
-            let Some(next) = started.checked_add(cadence.interval - lead) else {
-                return; // a round 30 days off cannot be planned, nor is it needed
-            };
-            members.plan(next, started, lead);
+            if members.plan(started, None).is_none() {
+                return; // a round decades off cannot be planned, nor is it needed
+            }
             retrying.clear();
             retry = first_retry;
             members.current()
@@ -73,12 +72,13 @@ pub(crate) async fn keep(members: Arc<Members>) {
         let unconfirmed = Box::pin(renewal).await;
         let now = Instant::now();
         if full {
-            // Planned again with this round's lead: a round much slower than the one
-            // before (a busy machine) brings the next one forward by as much.
-            lead = cadence.lead(now.saturating_duration_since(started));
-            if let Some(next) = started.checked_add(cadence.interval - lead) {
-                members.plan(next, started, lead);
-            }
+            // Planned again at this round's pace: a round much slower than the one before
+            // (a busy machine) brings the next one forward by as much.
+            let pace = Pace {
+                took: now.saturating_duration_since(started),
+                leases: leases.len(),
+            };
+            members.plan(started, Some(pace));
         }
         for unconfirmed in unconfirmed {
             let lease = &leases[unconfirmed.index];

@@ -69,10 +69,11 @@ impl SessionOptions {
     /// instead of within a third of the TTL. Clamped to at most half the TTL; at least
     /// [`AutoExtend::min_interval`] of the lock's configuration.
     ///
-    /// Rounds start a little more often than that: each one early by twice as long as the
-    /// last round took, plus one retry (two node timeouts) and a node timeout, at most a
-    /// quarter of the interval, so that a lock in a round's last chunk, or one a round sent
-    /// again once, is still extended in time.
+    /// Rounds start a little more often than that: each one early by twice as long as it
+    /// is expected to take (the last round's length, scaled to the locks kept now), plus
+    /// one retry (two node timeouts) and a node timeout, at most a quarter of the interval
+    /// (the whole quarter before the first round), so that a lock in a round's last chunk,
+    /// or one a round sent again once, is still extended in time.
     pub fn every(mut self, interval: Duration) -> Self {
         self.interval = Some(interval);
         self

@@ -432,6 +432,82 @@ async fn every_lock_is_extended_within_the_interval_even_when_a_round_must_retry
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_first_round_and_one_over_a_grown_list_start_early_enough_for_their_length() {
+    // Nodes that take 20 ms a request, five locks a chunk, four chunks in flight: a round
+    // takes 20 ms per 20 locks. A round starts early by twice its expected length and
+    // three node timeouts (90 ms), at most a quarter of the interval (500 ms).
+    let ttl = Duration::from_secs(6);
+    let interval = ttl / 3;
+    let config = LockConfig::builder()
+        .ttl(ttl)
+        .node_timeout(Duration::from_millis(30))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let cluster = cluster(3);
+    for node in cluster.nodes() {
+        node.set_request_delay(Duration::from_millis(20));
+    }
+    let lock = client(&cluster, "holder", config);
+    let session = Session::with_options(&lock, SessionOptions::default().chunk(5)).unwrap();
+    let join = |range: std::ops::Range<usize>| {
+        let (lock, session) = (&lock, &session);
+        futures::future::join_all(range.map(move |i| async move {
+            let mut guard = lock.try_acquire(&format!("tenant:{i}")).await.unwrap();
+            session.keep(&mut guard).unwrap();
+            guard
+        }))
+    };
+    // 120 locks: a round of 120 ms, longer than a lead reckoned from no round at all.
+    let mut guards = join(0..120).await;
+    let mut last: Vec<Instant> = guards.iter().map(LockGuard::acquired_at).collect();
+    let mut longest = Duration::ZERO;
+    let until = Instant::now() + interval * 2 + interval / 2;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        note_extensions(&guards, &mut last, &mut longest);
+    }
+    assert!(
+        longest <= interval,
+        "the first rounds: a lock went {longest:?} unextended"
+    );
+    // Over three times as many: the next round takes 400 ms, longer than the lead of the
+    // 120 ms rounds before (330 ms).
+    let grown = join(120..400).await;
+    last.extend(grown.iter().map(LockGuard::acquired_at));
+    guards.extend(grown);
+    let until = Instant::now() + interval * 3;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        note_extensions(&guards, &mut last, &mut longest);
+    }
+    for guard in &guards {
+        assert!(!guard.lost().is_lost(), "{}", guard.resource());
+    }
+    assert!(
+        longest <= interval,
+        "after growing: a lock went {longest:?} unextended"
+    );
+    // Whichever chunk a lock is in, in one round and the next: the next round's last
+    // request goes out within an interval of the round's first.
+    let mut sends = batched_sends(cluster.node(0));
+    sends.sort_unstable();
+    let rounds: Vec<&[Instant]> = sends
+        .chunk_by(|a, b| *b - *a < Duration::from_millis(300))
+        .collect();
+    assert!(rounds.len() >= 5, "{} rounds", rounds.len());
+    for pair in rounds.windows(2) {
+        let (first, last) = (pair[0][0], pair[1][pair[1].len() - 1]);
+        assert!(
+            last - first <= interval,
+            "a round of {} requests ended {:?} after the one before began",
+            pair[1].len(),
+            last - first
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_guard_of_other_nodes_or_another_ttl_is_refused_and_kept_as_it_was() {
     let cluster = cluster(3);
     let lock = client(&cluster, "holder", config(TTL));
