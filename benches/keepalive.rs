@@ -14,7 +14,9 @@
 //! Per contender and size it prints the node requests per second (the five servers'
 //! `total_commands_processed`, so every request any client sends counts alike), the client
 //! CPU per held lock per second (the process's user and system time while the locks are
-//! held, acquisition excluded), the heap bytes per held lock (live bytes of a counting
+//! held, acquisition excluded; and that less what the connected client spent in 10 s with
+//! no lock held, scaled to the hold: the clock watch's `TIME` a second on each node costs
+//! a client as much with no lock as with 10,000), the heap bytes per held lock (live bytes of a counting
 //! allocator, relative to the connected client before the first acquisition, sampled once
 //! a second: the median, what the locks cost between rounds, and the peak, with a round's
 //! buffers), the locks lost, and the longest gap between two extensions of one lock. The
@@ -95,6 +97,8 @@ struct Options {
     chunk: usize,
     hold: Duration,
     ttl: Duration,
+    /// How long the connected client's own CPU is measured before the locks are taken.
+    idle: Duration,
     smoke: bool,
 }
 
@@ -111,6 +115,7 @@ impl Options {
             chunk: SessionOptions::DEFAULT_CHUNK,
             hold: Duration::from_secs(if smoke { 3 } else { 60 }),
             ttl: Duration::from_secs(if smoke { 3 } else { 30 }),
+            idle: Duration::from_secs(if smoke { 1 } else { 10 }),
             smoke,
         };
         let mut args = std::env::args().skip(1);
@@ -163,7 +168,11 @@ struct Measured {
     locks: usize,
     held_for: Duration,
     requests_per_sec: f64,
+    /// All the process's CPU while the locks were held.
     cpu_us_per_lock_sec: f64,
+    /// That, less what the connected client spent with no lock held (the clock watch's
+    /// `TIME` a second on each node, the runtime): the CPU of keeping the locks alive.
+    keepalive_us_per_lock_sec: f64,
     /// The median of the samples: what the locks cost between rounds.
     heap_per_lock: f64,
     /// The largest sample: with a round's buffers, when one was running.
@@ -210,11 +219,12 @@ async fn run(options: &Options) -> bool {
             cluster.flush_all().await.expect("flush");
             let measured = measure(&cluster, &urls, keeper, locks, options).await;
             println!(
-                "{:>7} locks  {:<34} {:>9.0} node requests/s  {:>7.3} µs CPU per lock-second  {:>5.0} B per lock (peak {:.0} B)  {} lost  longest gap {:?}",
+                "{:>7} locks  {:<34} {:>9.0} node requests/s  {:>7.3} µs CPU per lock-second ({:.3} µs less the idle client)  {:>5.0} B per lock (peak {:.0} B)  {} lost  longest gap {:?}",
                 measured.locks,
                 keeper.label(),
                 measured.requests_per_sec,
                 measured.cpu_us_per_lock_sec,
+                measured.keepalive_us_per_lock_sec,
                 measured.heap_per_lock,
                 measured.heap_peak_per_lock,
                 measured.lost,
@@ -261,24 +271,25 @@ async fn run(options: &Options) -> bool {
 fn table(all: &[Measured], options: &Options) -> String {
     let mut out = format!(
         "TTL {:?}, held {:?} per row; node requests over all {NODES} nodes.\n\n\
-         | locks | kept by | node requests/s | CPU per lock-second | heap per lock (peak) | lost | longest gap |\n\
+         | locks | kept by | node requests/s | CPU per lock-second (less the idle client) | heap per lock (peak) | lost | longest gap |\n\
          |---|---|---|---|---|---|---|\n",
         options.ttl, options.hold
     );
     for m in all {
         out += &format!(
-            "| {} | {} | {:.0} | {:.3} µs | {:.0} B ({:.0} B) | {} | {:.2} s |\n",
+            "| {} | {} | {:.0} | {:.3} µs ({:.3} µs) | {:.0} B ({:.0} B) | {} | {:.2} s |\n",
             m.locks,
             m.keeper.label(),
             m.requests_per_sec,
             m.cpu_us_per_lock_sec,
+            m.keepalive_us_per_lock_sec,
             m.heap_per_lock,
             m.heap_peak_per_lock,
             m.lost,
             m.longest_gap.as_secs_f64()
         );
     }
-    out += "\n| locks | watchdogs / session: node requests/s | CPU | heap |\n|---|---|---|---|\n";
+    out += "\n| locks | watchdogs / session: node requests/s | CPU | CPU less the idle client | heap |\n|---|---|---|---|---|\n";
     for size in all.chunk_by(|a, b| a.locks == b.locks) {
         let find = |keeper| size.iter().find(|m| m.keeper == keeper);
         let (Some(watchdogs), Some(session)) = (find(Keeper::Watchdogs), find(Keeper::Session))
@@ -286,10 +297,12 @@ fn table(all: &[Measured], options: &Options) -> String {
             continue;
         };
         out += &format!(
-            "| {} | {:.0}x | {:.1}x | {:.2}x |\n",
+            "| {} | {:.0}x | {:.1}x | {:.1}x | {:.2}x |\n",
             watchdogs.locks,
             watchdogs.requests_per_sec / session.requests_per_sec.max(f64::MIN_POSITIVE),
             watchdogs.cpu_us_per_lock_sec / session.cpu_us_per_lock_sec.max(f64::MIN_POSITIVE),
+            watchdogs.keepalive_us_per_lock_sec
+                / session.keepalive_us_per_lock_sec.max(f64::MIN_POSITIVE),
             watchdogs.heap_per_lock / session.heap_per_lock.max(f64::MIN_POSITIVE),
         );
     }
@@ -314,6 +327,7 @@ async fn measure(
                 let guard = lock.acquire(&format!("warm:{i}")).await.expect("warm-up");
                 guard.release().await.expect("warm-up release");
             }
+            let idle = idle_cpu(options.idle).await;
             // The gap poll's record is the harness's, not a held lock's: taken before the
             // baseline.
             let last: Vec<Instant> = Vec::with_capacity(locks);
@@ -372,6 +386,7 @@ async fn measure(
                 held_for,
                 requests_per_sec,
                 cpu.saturating_sub(poll_cpu),
+                (idle, options.idle),
                 heap,
                 lost,
                 longest,
@@ -379,6 +394,7 @@ async fn measure(
         }
         Keeper::RslockLoop => {
             let manager = rslock::LockManager::new(urls.to_vec());
+            let idle = idle_cpu(options.idle).await;
             let baseline = LIVE.load(Ordering::Relaxed);
             // The extension loop runs from the first lock on, over the list as it grows,
             // as a service would run it: at 100,000 locks the acquisitions take longer than
@@ -439,6 +455,7 @@ async fn measure(
                 held_for,
                 requests_per_sec,
                 cpu,
+                (idle, options.idle),
                 heap,
                 lost,
                 longest,
@@ -485,21 +502,34 @@ fn measured(
     held_for: Duration,
     requests_per_sec: f64,
     cpu: Duration,
+    (idle, idle_for): (Duration, Duration),
     heap: Heap,
     lost: usize,
     longest_gap: Duration,
 ) -> Measured {
+    let per_lock_sec =
+        |cpu: Duration| cpu.as_secs_f64() * 1e6 / (locks as f64 * held_for.as_secs_f64());
+    let idle = idle.mul_f64(held_for.as_secs_f64() / idle_for.as_secs_f64());
     Measured {
         keeper,
         locks,
         held_for,
         requests_per_sec,
-        cpu_us_per_lock_sec: cpu.as_secs_f64() * 1e6 / (locks as f64 * held_for.as_secs_f64()),
+        cpu_us_per_lock_sec: per_lock_sec(cpu),
+        keepalive_us_per_lock_sec: per_lock_sec(cpu.saturating_sub(idle)),
         heap_per_lock: heap.median as f64 / locks as f64,
         heap_peak_per_lock: heap.peak as f64 / locks as f64,
         lost,
         longest_gap,
     }
+}
+
+/// The process's CPU over `idle` with the contender connected and no lock held: the clock
+/// watch's `TIME` a second on each node, the runtime's timers.
+async fn idle_cpu(idle: Duration) -> Duration {
+    let before = process_cpu();
+    tokio::time::sleep(idle).await;
+    process_cpu().saturating_sub(before)
 }
 
 /// The live heap over a hold, relative to the baseline: the median and the largest of one
@@ -644,22 +674,24 @@ async fn commandstats(node: &quorumlock_testkit::RedisProcess) -> String {
     }
 }
 
-/// The process's user and system time so far.
+/// The process's CPU time so far (every thread's, user and system), to the nanosecond.
 fn process_cpu() -> Duration {
-    cpu_of("/proc/self/stat")
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
-/// The calling thread's user and system time so far.
+/// The calling thread's CPU time so far.
 fn thread_cpu() -> Duration {
-    cpu_of("/proc/thread-self/stat")
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
-fn cpu_of(path: &str) -> Duration {
-    let stat = std::fs::read_to_string(path).expect(path);
-    // Fields after the command name (in parentheses, which may hold spaces): utime and
-    // stime are the 12th and 13th, in USER_HZ (100 on every Linux ABI Rust targets).
-    let rest = &stat[stat.rfind(')').expect("a command name") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
+fn cpu_clock(clock: libc::clockid_t) -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec; the clocks are the calling process's and
+    // thread's own, which every Linux has.
+    let status = unsafe { libc::clock_gettime(clock, &mut now) };
+    assert_eq!(status, 0, "clock_gettime of a CPU clock");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
