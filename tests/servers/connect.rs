@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::{cluster, config, eventually, invalid_node, node_command, LOAD_MARGIN, TTL};
+use crate::common::{
+    cluster, command_calls, config, eventually, invalid_node, node_command, raw_connection,
+    retrying, LOAD_MARGIN, TTL,
+};
 use quorumlock::{Nodes, RedisLock, Redlock};
 
 /// A connect timeout far above what a healthy local node needs, so that waiting for the
@@ -143,4 +146,70 @@ async fn a_tls_url_to_a_plain_server_is_named() {
         .connect_timeout(Duration::from_millis(500));
     let (_, reason) = invalid_node(RedisLock::connect(nodes, config(TTL)).await);
     assert!(reason.contains("does not speak TLS"), "{reason}");
+}
+
+/// The clients connected to `node`, this query's own connection left out.
+async fn connected_clients(node: &quorumlock_testkit::RedisProcess) -> u64 {
+    let mut connection = raw_connection(node).await;
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut connection)
+        .await
+        .expect("INFO clients");
+    let count: u64 = info
+        .lines()
+        .find_map(|line| line.strip_prefix("connected_clients:"))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("a client count");
+    count - 1
+}
+
+/// A lock its user dropped takes its connections (for requests and for announcements) and
+/// its clock watch with it: the servers see no more of it. (Before, the task that made each connection kept the link
+/// alive while it watched the clock: a `TIME` a second to every node, and an open
+/// connection, for as long as the process lived.)
+#[tokio::test]
+async fn a_dropped_lock_closes_its_connections_and_stops_watching_the_clocks() {
+    let cluster = cluster(3).await;
+    let before: Vec<u64> =
+        futures::future::join_all(cluster.nodes().iter().map(connected_clients)).await;
+    {
+        let retries = retrying(40, Duration::from_millis(50), Duration::from_millis(10));
+        let lock = Redlock::connect(cluster.urls(), retries).await.unwrap();
+        let guard = lock.acquire("dropped").await.unwrap();
+        // A waiter too: its queue place and the announcements it watches.
+        let waiter = {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.acquire("dropped").await.unwrap().release().await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        guard.release().await.unwrap();
+        waiter.await.unwrap().unwrap();
+        // At least one clock sample on every node, so that every watch has begun.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    for (index, node) in cluster.nodes().iter().enumerate() {
+        eventually(
+            "the dropped lock's connections closed",
+            5 * LOAD_MARGIN,
+            || async { connected_clients(node).await <= before[index] },
+        )
+        .await;
+    }
+    let times = futures::future::join_all(
+        cluster
+            .nodes()
+            .iter()
+            .map(|node| command_calls(node, "time")),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = futures::future::join_all(
+        cluster
+            .nodes()
+            .iter()
+            .map(|node| command_calls(node, "time")),
+    )
+    .await;
+    assert_eq!(later, times, "TIME sent after the lock was dropped");
 }

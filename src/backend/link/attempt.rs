@@ -36,8 +36,12 @@ impl Link {
                 });
             if let Some(generation) = link.settle(outcome, failures) {
                 if link.clock.is_some() {
-                    // Weak: a lock dropped by its user takes its links with it.
-                    Link::watch_clock(Arc::downgrade(&link), generation).await;
+                    // Weak, and the strong one let go: a lock dropped by its user takes its
+                    // links with it (kept here, it kept the link, its connection and this
+                    // watch alive for ever, a TIME a second to a lock nobody had).
+                    let watched = Arc::downgrade(&link);
+                    drop(link);
+                    Link::watch_clock(watched, generation).await;
                 }
             }
         };
