@@ -23,9 +23,9 @@ use std::sync::OnceLock;
 /// for _node in 0..5 {
 ///     let bytes = shared.get_or_encode(|| {
 ///         encoded += 1;
-///         b"*3\r\n...".to_vec()
+///         b"*1\r\n$4\r\nPING\r\n".to_vec()
 ///     });
-///     assert_eq!(bytes.map(Vec::len), Some(8));
+///     assert_eq!(bytes.map(Vec::as_slice), Some(&b"*1\r\n$4\r\nPING\r\n"[..]));
 /// }
 /// assert_eq!(encoded, 1);
 /// assert!(shared.is_encoded());
