@@ -325,8 +325,9 @@ pub enum Action {
     /// never arrive: lost, or the pub/sub connection down).
     Hear(u8, usize),
     /// A waiter stops waiting for grants (its wait is bounded by its retry delay): it
-    /// rolls the attempt back on every node, which gives back any grant it had, and
-    /// retries or leaves.
+    /// rolls the attempt back where it may hold the key (the nodes that said yes, a grant
+    /// it heard of among them, and those whose reply was lost), and retries or leaves; a
+    /// grant it did not hear of is taken by its next refresh, or given back by its leave.
     GiveUp(u8),
 }
 
@@ -685,10 +686,15 @@ impl Model for Protocol {
             }
             Action::GiveUp(c) => {
                 let granted = state.clients[usize::from(c)].granted(c);
-                state.grant_given_back |= state.nodes.iter().any(|node| node.key == Some(granted));
                 let client = &mut state.clients[usize::from(c)];
+                let (_, answers) = client.round?;
+                // What the rollback gives back: a grant it heard of (a yes now).
+                state.grant_given_back |= answers
+                    .iter()
+                    .zip(&state.nodes)
+                    .any(|(answer, node)| *answer == Answer::Yes && node.key == Some(granted));
                 client.awaiting = false;
-                self.fail(client, &[Answer::Pending; NODES], true);
+                self.fail(client, &answers, true);
                 self.settle(&mut state, usize::from(c));
             }
         }

@@ -16,22 +16,19 @@ impl Protocol {
     }
 
     /// The attempt failed: roll it back, then retry (queued, if fair and refused) or stop.
-    /// A queued attempt of the direct grant rolls back on every node, those that refused
-    /// too: a grant may have landed there since, and the rollback gives it back.
+    /// The rollback skips the nodes that refused, as the coordinator's does, a queued
+    /// attempt of the direct grant's too (`src/quorum/acquire.rs`, `roll_back`): a grant
+    /// that landed on one of them since, unheard, is the waiter's next refresh's to take
+    /// (`granted_before` in `requests::lock`), or its leave's to give back. A grant heard
+    /// of counts as a yes, and is rolled back.
     pub(crate) fn fail(&self, client: &mut Client, answers: &[Answer; NODES], refused: bool) {
-        let everywhere = client.grants && client.queued;
         client.valid = false;
         client.lease = None;
         client.awaiting = false;
         if refused && self.fair {
             client.queued = true;
         }
-        let skip = if everywhere {
-            &[Answer::Pending; NODES]
-        } else {
-            answers
-        };
-        Self::start_round(client, Request::Rollback, skip);
+        Self::start_round(client, Request::Rollback, answers);
     }
 
     /// Acts on the client's rounds as soon as each is decided, as the coordinator does: the
