@@ -177,7 +177,7 @@ async fn requests(kind: &str, count: u64) {
     for _ in 0..count {
         let taken = match kind {
             "lock" => node.try_lock(&keys, &token, ttl).await,
-            "queued" => node.try_lock_queued(&keys, &token, ttl, &place).await,
+            "queued" => node.try_lock_queued(&keys, &token, ttl, &place, None).await,
             "unlock" => node.unlock(&keys, &token).await,
             other => panic!("unknown request kind {other}"),
         };

@@ -37,6 +37,10 @@ pub struct LockMetrics {
     pub validity_exhausted: u64,
     /// Releases confirmed by a quorum.
     pub released: u64,
+    /// Grants a waiter heard of and counted toward its quorum: a release on that node
+    /// handed it the lock outright, with no round of its own to claim it (see
+    /// [`LockConfig::direct_grant`](crate::LockConfig::direct_grant)).
+    pub grants_heard: u64,
     /// Locks passed from a releasing task to one of this process waiting for them, without
     /// a round trip to the nodes (see [`LockConfig::cohort_passes`](crate::LockConfig::cohort_passes)).
     pub passed: u64,
@@ -70,6 +74,7 @@ pub(crate) struct Counters {
     pub(crate) no_quorum: AtomicU64,
     pub(crate) validity_exhausted: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) grants_heard: AtomicU64,
     pub(crate) passed: AtomicU64,
     pub(crate) extended: AtomicU64,
     pub(crate) lost: AtomicU64,
@@ -95,6 +100,7 @@ impl Counters {
             no_quorum: read(&self.no_quorum),
             validity_exhausted: read(&self.validity_exhausted),
             released: read(&self.released),
+            grants_heard: read(&self.grants_heard),
             passed: read(&self.passed),
             extended: read(&self.extended),
             lost: read(&self.lost),

@@ -122,7 +122,7 @@ impl Shared {
             return;
         };
         // The payload is empty: free for anybody.
-        lock(&self.channels).announce(&channel, Announcement { next_waiter: None });
+        lock(&self.channels).announce(&channel, Announcement::default());
     }
 }
 

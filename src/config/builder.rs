@@ -83,6 +83,12 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets whether a fair lock's waiters take grants; see [`LockConfig::direct_grant`].
+    pub fn direct_grant(mut self, direct_grant: bool) -> Self {
+        self.config.direct_grant = direct_grant;
+        self
+    }
+
     /// Sets whether each acquisition mints a fencing token.
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.config.fencing = fencing;

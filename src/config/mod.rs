@@ -113,6 +113,7 @@ pub struct LockConfig {
     key_prefix: Option<String>,
     notify_releases: bool,
     fair: bool,
+    direct_grant: bool,
     fencing: bool,
     fencing_counters: FencingCounters,
     acquire_timeout: Option<Duration>,
@@ -245,6 +246,17 @@ impl LockConfig {
         self.fair
     }
 
+    /// Whether a fair lock's waiters for one resource take grants (on by default): a
+    /// release then hands the lock to the first waiter in line outright, setting the key to
+    /// that waiter's token, and the waiter holds once a quorum of nodes granted it, without
+    /// a round of its own to claim it (docs/safety.md, "The direct grant"). Off, a release
+    /// reserves the lock for the waiter, which claims it in a round: the protocol of
+    /// earlier versions, which clients of both speak to each other safely. Locks over
+    /// several resources always reserve.
+    pub fn direct_grant(&self) -> bool {
+        self.direct_grant
+    }
+
     /// Whether each acquisition mints a fencing token, strictly increasing per resource
     /// across holders; see [`crate::fencing`]. It costs two more rounds per acquisition.
     /// On Redis nodes it needs an append-only file on each, unless the node set allows
@@ -310,6 +322,7 @@ impl Default for LockConfig {
             key_prefix: None,
             notify_releases: true,
             fair: true,
+            direct_grant: true,
             fencing: false,
             fencing_counters: FencingCounters::PerResource,
             acquire_timeout: None,

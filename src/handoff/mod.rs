@@ -1,6 +1,7 @@
 //! Fast hand-off: a blocking acquire that lost to another holder waits for that holder's
 //! release to be announced, instead of sleeping out its whole retry delay; with a fair lock,
-//! for the release that reserves the lock for it (see [`QueuePlace`]).
+//! for the release that grants the lock to it, or reserves it for it (see [`QueuePlace`],
+//! [`Grants`]).
 //!
 //! [`HandOff`] is what one set of node connections keeps for it; a [`Waiter`] is one
 //! blocking acquisition's part in it, from its start to its win or its giving up. The
@@ -9,10 +10,14 @@
 //!
 //! [`QueuePlace`]: crate::node::QueuePlace
 
+mod grants;
+mod in_line;
 mod shared;
 mod turns;
 mod waiter;
 mod watches;
 
+pub(crate) use self::grants::{Grants, Heard};
+pub(crate) use self::in_line::InLine;
 pub(crate) use self::shared::HandOff;
 pub(crate) use self::waiter::{waiter_interest, Asking, Next, TurnTimedOut, Waiter};

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::OnceCell;
 
+use super::in_line::InLine;
 use super::turns::LocalQueues;
 use super::watches::ReleaseWatches;
 use crate::config::micros;
@@ -85,13 +86,16 @@ impl HandOff {
         }
     }
 
-    /// Takes `waiter` out of the queue of `keys` on every node, each request bounded by
-    /// `timeout`; a reservation it had goes to the next in line.
-    pub(crate) async fn leave_queues(&self, keys: &Keys, waiter: &LockToken, timeout: Duration) {
+    /// Takes the waiter `in_line` out of the queue of `keys` on every node, each request
+    /// bounded by `timeout`; a reservation it had, or a grant, goes to the next in line.
+    pub(crate) async fn leave_queues(&self, keys: &Keys, in_line: &InLine, timeout: Duration) {
         let in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |node| {
             let keys = keys.clone();
-            let waiter = waiter.clone();
-            async move { node.leave_queue(&keys, &waiter).await }
+            let in_line = in_line.clone();
+            async move {
+                node.leave_queue(&keys, &in_line.waiter, in_line.token.as_ref())
+                    .await
+            }
         });
         in_flight.finish().await;
     }
@@ -100,9 +104,9 @@ impl HandOff {
     pub(super) fn leave_queues_in_background(
         self: Arc<Self>,
         keys: Keys,
-        waiter: LockToken,
+        in_line: InLine,
         timeout: Duration,
     ) {
-        spawn_detached(async move { self.leave_queues(&keys, &waiter, timeout).await });
+        spawn_detached(async move { self.leave_queues(&keys, &in_line, timeout).await });
     }
 }

@@ -8,6 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::grants::Grants;
+use super::in_line::InLine;
 use super::shared::HandOff;
 use super::turns::{LocalQueues, LocalTurn};
 use super::watches::ReleaseWatches;
@@ -31,16 +33,27 @@ pub(crate) enum Asking {
     /// As a waiter that races for the lock and watches its releases: a refusal also asks
     /// the node to announce the next release, for this long.
     Watching(Duration),
-    /// As a queued waiter, in its place.
-    Queued(Arc<QueuePlace>),
+    /// As a queued waiter, in its place; with [`Grants`], as a waiter of the direct grant.
+    Queued(Arc<QueuePlace>, Option<Arc<Grants>>),
 }
 
 impl Asking {
-    /// The waiter's id in the nodes' queues, when it asks in its place.
-    pub(crate) fn waiter(&self) -> Option<LockToken> {
+    /// The waiter as the nodes' queues know it, when it asks in its place.
+    pub(crate) fn in_line(&self) -> Option<InLine> {
         match self {
-            Asking::Queued(place) => Some(place.waiter.clone()),
+            Asking::Queued(place, grants) => Some(InLine {
+                waiter: place.waiter.clone(),
+                token: grants.as_ref().map(|grants| grants.token.clone()),
+            }),
             Asking::Plain | Asking::Watching(_) => None,
+        }
+    }
+
+    /// How a waiter of the direct grant asks, when it does.
+    pub(crate) fn grants(&self) -> Option<&Grants> {
+        match self {
+            Asking::Queued(_, Some(grants)) => Some(grants),
+            _ => None,
         }
     }
 }
@@ -80,6 +93,11 @@ pub(crate) struct Waiter {
     place: Option<Arc<QueuePlace>>,
     /// Set once it joined the line: the place to give back.
     queued: Option<PlaceInLine>,
+    /// The acquisition's token, when it takes grants (see [`Grants`]): a fair waiter for
+    /// one key with [`LockConfig::direct_grant`] on.
+    grant_token: Option<LockToken>,
+    /// The stamp of its last refresh.
+    stamp: u64,
     /// Announcements of the keys reserved for this waiter (fair).
     reservations: Option<ReleaseWatches>,
     /// Announcements of the key's releases (not fair).
@@ -112,6 +130,7 @@ impl Waiter {
         } else {
             None
         };
+        let takes_grants = config.fair() && config.direct_grant() && keys.len() == 1;
         let mut waiter = Waiter {
             hand_off: Arc::clone(hand_off),
             keys: keys.clone(),
@@ -124,6 +143,8 @@ impl Waiter {
             turn,
             place: None,
             queued: None,
+            grant_token: takes_grants.then(LockToken::generate),
+            stamp: 0,
             reservations: None,
             releases: None,
             collisions: 0,
@@ -137,13 +158,26 @@ impl Waiter {
 
     /// How the next attempt asks the nodes. The first is a plain one, the same as an
     /// uncontended lock takes; once it joined the line, each queues (or refreshes the
-    /// place) when refused. The releases announced so far no longer count.
-    pub(crate) fn next_attempt(&mut self) -> Asking {
+    /// place) when refused, and a waiter of the direct grant waits up to `wait` for the
+    /// grants of the nodes that refused it. The releases announced so far no longer count.
+    pub(crate) fn next_attempt(&mut self, wait: Duration) -> Asking {
         if let Some(releases) = &mut self.releases {
             releases.mark_seen();
         }
         match (&self.queued, &self.place, &self.releases) {
-            (Some(_), Some(place), _) => Asking::Queued(Arc::clone(place)),
+            (Some(_), Some(place), _) => {
+                let grants = self.grant_token.as_ref().map(|token| {
+                    self.stamp += 1;
+                    // From its first refresh on, the nodes may grant it the key: leaving the
+                    // lines then gives back a grant in its token.
+                    if let Some(queued) = &mut self.queued {
+                        queued.takes_grants(token);
+                    }
+                    let announced = self.reservations.clone();
+                    Arc::new(Grants::new(token.clone(), self.stamp, announced, wait))
+                });
+                Asking::Queued(Arc::clone(place), grants)
+            }
             (_, _, Some(_)) => Asking::Watching(self.interest),
             _ => Asking::Plain,
         }
@@ -191,7 +225,9 @@ impl Waiter {
         round: Duration,
     ) {
         match (&mut self.reservations, asked, &mut self.releases) {
-            (Some(reservations), Asking::Queued(place), _) if held => {
+            // It waited for its grants within the attempt.
+            (_, Asking::Queued(_, Some(grants)), _) if held && grants.announced() => {}
+            (Some(reservations), Asking::Queued(place, _), _) if held => {
                 let grace = round.max(MIN_RESERVATION_GRACE);
                 reservations
                     .wait_for_turn(wait, grace, place.waiter.as_str())
@@ -229,7 +265,10 @@ impl Waiter {
         let place = self
             .place
             .get_or_insert_with(|| Arc::new(self.hand_off.queue_place(self.began, self.interest)));
-        let waiter = place.waiter.clone();
+        let in_line = InLine {
+            waiter: place.waiter.clone(),
+            token: None,
+        };
         self.reservations = self
             .hand_off
             .reservation_watches(self.notify_releases)
@@ -238,7 +277,7 @@ impl Waiter {
             armed: Some((
                 Arc::clone(&self.hand_off),
                 self.keys.clone(),
-                waiter,
+                in_line,
                 self.node_timeout,
             )),
         });
@@ -283,10 +322,18 @@ pub(crate) fn waiter_interest(config: &LockConfig) -> Duration {
 /// dropped) gives its place back at once, instead of leaving it to lapse while the line
 /// waits for it.
 struct PlaceInLine {
-    armed: Option<(Arc<HandOff>, Keys, LockToken, Duration)>,
+    armed: Option<(Arc<HandOff>, Keys, InLine, Duration)>,
 }
 
 impl PlaceInLine {
+    /// Notes that the nodes may grant the waiter the key in `token` (it sent a refresh
+    /// that takes grants), so that leaving gives such a grant back.
+    fn takes_grants(&mut self, token: &LockToken) {
+        if let Some((_, _, in_line, _)) = &mut self.armed {
+            in_line.token.get_or_insert_with(|| token.clone());
+        }
+    }
+
     /// Called once the acquisition won: its winning attempt took care of the queues.
     fn disarm(&mut self) {
         self.armed = None;
@@ -294,8 +341,8 @@ impl PlaceInLine {
 
     /// Leaves the queues now (in the background only if this future is dropped meanwhile).
     async fn leave_now(&mut self) {
-        if let Some((hand_off, keys, waiter, timeout)) = &self.armed {
-            hand_off.leave_queues(keys, waiter, *timeout).await;
+        if let Some((hand_off, keys, in_line, timeout)) = &self.armed {
+            hand_off.leave_queues(keys, in_line, *timeout).await;
         }
         self.disarm();
     }
@@ -303,8 +350,8 @@ impl PlaceInLine {
 
 impl Drop for PlaceInLine {
     fn drop(&mut self) {
-        if let Some((hand_off, keys, waiter, timeout)) = self.armed.take() {
-            hand_off.leave_queues_in_background(keys, waiter, timeout);
+        if let Some((hand_off, keys, in_line, timeout)) = self.armed.take() {
+            hand_off.leave_queues_in_background(keys, in_line, timeout);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! [`ReleaseWatches`]: the announcements a waiter wakes on, gathered from every node that
 //! makes them: the releases of one key, or the keys reserved for this client's waiters.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +27,8 @@ const MAX_WAKE_SPREAD: Duration = Duration::from_millis(50);
 #[derive(Clone)]
 pub(crate) struct ReleaseWatches {
     watches: Vec<ReleaseWatch>,
+    /// The index among the lock's nodes of each watch's node.
+    nodes: Vec<usize>,
     /// How many nodes must announce a release before waiters wake: the lock's quorum (or
     /// every watch, when fewer nodes can announce). Fewer announcements come from the
     /// rollback of a failed attempt, which cannot free a quorum.
@@ -41,7 +43,10 @@ impl ReleaseWatches {
         key: &str,
         quorum: usize,
     ) -> Option<Self> {
-        let watches = nodes.iter().map(|node| node.watch_releases(key));
+        let watches = nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| node.watch_releases(key).map(move |watch| (index, watch)));
         Self::gather(watches, quorum).await
     }
 
@@ -52,24 +57,34 @@ impl ReleaseWatches {
         client: &str,
         quorum: usize,
     ) -> Option<Self> {
-        let watches = nodes.iter().map(|node| node.watch_reservations(client));
+        let watches = nodes.iter().enumerate().map(|(index, node)| {
+            node.watch_reservations(client)
+                .map(move |watch| (index, watch))
+        });
         Self::gather(watches, quorum).await
     }
 
-    async fn gather<'a>(
-        watches: impl Iterator<Item = BoxFuture<'a, Option<ReleaseWatch>>>,
+    /// The watches of the nodes that made one, each with its node's index.
+    async fn gather(
+        watches: impl Iterator<Item = impl Future<Output = (usize, Option<ReleaseWatch>)>>,
         quorum: usize,
     ) -> Option<Self> {
-        let watches: Vec<ReleaseWatch> = watches
+        let (nodes, watches): (Vec<usize>, Vec<ReleaseWatch>) = watches
             .collect::<FuturesUnordered<_>>()
-            .filter_map(|watch| async move { watch })
-            .collect()
-            .await;
+            .filter_map(|(index, watch)| async move { watch.map(|watch| (index, watch)) })
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .unzip();
         if watches.is_empty() {
             return None;
         }
         let needed = quorum.min(watches.len());
-        Some(ReleaseWatches { watches, needed })
+        Some(ReleaseWatches {
+            watches,
+            nodes,
+            needed,
+        })
     }
 
     /// Forgets the announcements so far: only releases after this point wake the next wait.
@@ -142,6 +157,29 @@ impl ReleaseWatches {
                 if grace_over.is_terminated() {
                     grace_over.set(tokio::time::sleep(grace).fuse());
                 }
+            }
+        }
+    }
+
+    /// Waits for the next node to announce that it granted the key to `waiter` on the
+    /// place of the refresh stamped `stamp` (see `Grants`), and returns that node's index
+    /// among the lock's nodes; or, when one announces a reservation for `waiter` instead
+    /// (a release of a client of the previous protocol, or one beside a live shared
+    /// holder, which the waiter's next refresh claims), `None`. Grants of other stamps
+    /// (made on a place an earlier refresh wrote) do not count: the waiter's next refresh
+    /// takes them.
+    pub(crate) async fn next_grant(&mut self, waiter: &str, stamp: u64) -> Option<usize> {
+        loop {
+            let mut next = self.next_of_each();
+            let (_, (index, announced)) = poll_fn(|cx| poll_first(&mut next, cx)).await;
+            drop(next);
+            if announced.next_waiter.as_deref() != Some(waiter) {
+                continue;
+            }
+            match announced.grant {
+                Some(granted) if granted == stamp => return Some(self.nodes[index]),
+                Some(_) => {}
+                None => return None,
             }
         }
     }

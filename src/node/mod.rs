@@ -250,30 +250,38 @@ impl<'n> dyn LockNode + 'n {
     }
 
     /// [`NodeRequest::LockQueued`], or a plain [`NodeRequest::Lock`] on a node
-    /// without a queue.
+    /// without a queue. With a `stamp`, the place takes grants.
     pub fn try_lock_queued<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         token: &'a LockToken,
         ttl: Duration,
         place: &'a QueuePlace,
+        stamp: Option<u64>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'a {
         let request = NodeRequest::LockQueued {
             keys,
             token,
             ttl,
             place,
+            stamp,
         };
         self.or_plain_lock(request, (keys, token, ttl))
     }
 
-    /// [`NodeRequest::LeaveQueue`]; nothing to do on a node without a queue.
+    /// [`NodeRequest::LeaveQueue`]; nothing to do on a node without a queue. With the
+    /// waiter's `token`, a key granted to it is handed on too.
     pub fn leave_queue<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         waiter: &'a LockToken,
+        token: Option<&'a LockToken>,
     ) -> impl Future<Output = Result<(), NodeError>> + Send + Unpin + 'a {
-        let request = NodeRequest::LeaveQueue { keys, waiter };
+        let request = NodeRequest::LeaveQueue {
+            keys,
+            waiter,
+            token,
+        };
         self.call(request).map(move |reply| match reply? {
             NodeReply::Done(_) | NodeReply::Unsupported => Ok(()),
             other => Err(unexpected(request.what(), &other)),

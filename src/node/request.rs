@@ -98,6 +98,12 @@ pub enum NodeRequest<'a> {
     /// A node with a queue reserves a released key for the first live waiter in line, so
     /// that waiters get the lock in the order they came (see [`QueuePlace`]). Unsupported,
     /// it is a plain `Lock`: no queue, and waiters race as with other Redlock clients.
+    ///
+    /// With a `stamp` (a waiter of the direct grant, for one key), the place also records
+    /// the token, the TTL and the stamp, and a release grants the key to it outright: sets
+    /// it to `token` with `ttl`, and announces the grant with the stamp. A key already in
+    /// `token` (granted to an earlier place of the same waiter) is then taken as this
+    /// request's: its TTL restarted, [`Done(true)`](NodeReply::Done).
     LockQueued {
         /// The lock keys.
         keys: &'a [Arc<str>],
@@ -107,6 +113,10 @@ pub enum NodeRequest<'a> {
         ttl: Duration,
         /// The waiter's place in line.
         place: &'a QueuePlace,
+        /// The stamp of this refresh of the place, when the waiter takes grants: raised
+        /// with every refresh, so that a grant names the refresh whose place it was made
+        /// on.
+        stamp: Option<u64>,
     },
     /// Removes `waiter` from the queue of each of `keys`, and hands each reservation it had
     /// to the next waiter in that key's line: for a waiter that gave up or won the lock
@@ -116,6 +126,8 @@ pub enum NodeRequest<'a> {
         keys: &'a [Arc<str>],
         /// The waiter leaving ([`QueuePlace::waiter`]).
         waiter: &'a LockToken,
+        /// A direct-grant waiter's token: a key granted to it is handed on as well.
+        token: Option<&'a LockToken>,
     },
     /// Starts watching releases of `key` on this node, so that a waiter can retry as soon
     /// as the lock is free instead of sleeping out its retry delay: a

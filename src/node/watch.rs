@@ -8,21 +8,42 @@ use tokio::sync::broadcast;
 /// A release that a node announced; see [`ReleaseWatch`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Announcement {
-    /// The waiter the released key is now reserved for
+    /// The waiter the released key is now reserved for, or granted to
     /// ([`QueuePlace::waiter`](super::QueuePlace::waiter)), or `None` when it is free for
     /// anybody.
     pub next_waiter: Option<Arc<str>>,
+    /// When the key was granted to `next_waiter` outright (set to its token: the direct
+    /// grant), the stamp of the refresh that wrote the place it was granted on (see
+    /// [`NodeRequest::LockQueued`](super::NodeRequest::LockQueued)); `None` for a
+    /// reservation.
+    pub grant: Option<u64>,
 }
 
 impl Announcement {
-    /// The announcement a release script's message carries: a waiter's id, or anything
+    /// The announcement a release script's message carries: a waiter's id for a
+    /// reservation, the id and a stamp (`"<waiter> <stamp>"`) for a grant, or anything
     /// else (empty, not UTF-8) for a key free for anybody.
     pub(crate) fn from_message(message: &[u8]) -> Self {
-        let next_waiter = std::str::from_utf8(message)
+        let Some(text) = std::str::from_utf8(message)
             .ok()
-            .filter(|waiter| !waiter.is_empty())
-            .map(Arc::from);
-        Announcement { next_waiter }
+            .filter(|text| !text.is_empty())
+        else {
+            return Announcement::default();
+        };
+        match text.split_once(' ') {
+            Some((waiter, stamp)) => match stamp.parse() {
+                Ok(stamp) => Announcement {
+                    next_waiter: Some(Arc::from(waiter)),
+                    grant: Some(stamp),
+                },
+                // Not a message of ours: it wakes the waiters, who then ask the nodes.
+                Err(_) => Announcement::default(),
+            },
+            None => Announcement {
+                next_waiter: Some(Arc::from(text)),
+                grant: None,
+            },
+        }
     }
 }
 

@@ -217,8 +217,14 @@ const LOCK_WATCHING: &str = lua!("holders.lua", "lock_watching.lua");
 /// free. When refused, the waiter is queued at its ticket, or its place refreshed. (Several
 /// keys go through [`LOCK_QUEUED_MANY`].)
 ///
+/// A waiter of the direct grant also sends its refresh's stamp: its place then records its
+/// grant terms (token, TTL, stamp) for a release to grant it the key (`pass_on.lua`), and
+/// a key already in its token (granted to an earlier place) is taken as this refresh's
+/// grant, its TTL restarted: the refresh was sent before it arrived, so the refresh's
+/// validity covers the key (docs/safety.md, "The direct grant").
+///
 /// KEYS: the lock key, then its queue and deadlines. ARGV: token, TTL in ms,
-/// waiter id, ticket, place lifetime in ms.
+/// waiter id, ticket, place lifetime in ms, and the stamp (a direct-grant waiter's).
 const LOCK_QUEUED: &str = lua!("queue.lua", "holders.lua", "lock_queued.lua");
 
 /// As [`LOCK_QUEUED`], for a waiter for several keys. It queues under the key it is
@@ -240,7 +246,8 @@ const LOCK_QUEUED_MANY: &str = lua!(
 );
 
 /// Deletes each key that still holds our token, and hands each to the next waiter in its
-/// own queue, if any. A release is announced (none when `ARGV[2]` is empty) only when
+/// own queue, if any: granted to a direct-grant waiter (set to its token, unless a shared
+/// holder is live beside the key), reserved for any other. A release is announced (none when `ARGV[2]` is empty) only when
 /// somebody waits: a hand-off on the waiter's client channel, else on the channel
 /// `ARGV[2] .. key` while the key's watch marker exists. The common, uncontended release
 /// costs three commands: `GET`, `DEL`, and one `EXISTS` of the queue and the marker.
@@ -249,15 +256,16 @@ const LOCK_QUEUED_MANY: &str = lua!(
 /// KEYS: the n lock keys, each key's queue and deadlines (in the keys' order), then the n
 /// keys' watch markers; for one key, the key, its queue, its deadlines and its marker.
 /// ARGV: token, channel prefix.
-const UNLOCK: &str = lua!("queue.lua", "pass_on.lua", "unlock.lua");
+const UNLOCK: &str = lua!("queue.lua", "holders.lua", "pass_on.lua", "unlock.lua");
 
-/// Removes a waiter from the queue of each key; a key reserved for it goes to the next in
-/// that key's line. A waiter for several keys may be queued under any of them, and on
-/// each node under another one.
+/// Removes a waiter from the queue of each key; a key reserved for it, or granted to it
+/// (in its token, when given), goes to the next in that key's line. A waiter for several
+/// keys may be queued under any of them, and on each node under another one.
 ///
 /// KEYS: as for [`UNLOCK`]: the lock keys, each one's queue and deadlines, each one's
-/// watch marker. ARGV: waiter id, channel prefix.
-const LEAVE_QUEUE: &str = lua!("queue.lua", "pass_on.lua", "leave_queue.lua");
+/// watch marker. ARGV: waiter id, channel prefix, and the waiter's token (a direct-grant
+/// waiter's).
+const LEAVE_QUEUE: &str = lua!("queue.lua", "holders.lua", "pass_on.lua", "leave_queue.lua");
 
 /// Sets every key's TTL, only if all still hold our token. PEXPIRE never creates a key, so
 /// a lock that expired or was flushed cannot be revived.
@@ -344,19 +352,19 @@ mod tests {
             ),
             (
                 NodeScript::LockQueued,
-                "2e382a1589291b86728121b2379472792aa41354",
+                "e834aa76383dbabefbab7a539e5d4b26e3aa28f7",
             ),
             (
                 NodeScript::LockQueuedMany,
-                "fe3b3b23f4bb29008c7efb43581d9f9f1caeedcb",
+                "6ffebbaf106131d96cdf7b2594e39167023c460f",
             ),
             (
                 NodeScript::Unlock,
-                "eb08612acf7e1a16f189c9bc58112bbf6381b055",
+                "ecf9b2dc5ebf274814cb743a9477057a63cb5812",
             ),
             (
                 NodeScript::LeaveQueue,
-                "77f4d00793e25f230d708ca272e62ba5ed014d5f",
+                "c8a81eeb8e36e1d71ca2e17accf6bd8e426feff0",
             ),
             (
                 NodeScript::Extend,

@@ -16,7 +16,7 @@ use crate::config::{micros, millis};
 use crate::error::{LockError, Tally};
 use crate::fan_out::spawn_detached;
 use crate::fencing;
-use crate::handoff::{Asking, Next, TurnTimedOut, Waiter};
+use crate::handoff::{Asking, Grants, Heard, InLine, Next, TurnTimedOut, Waiter};
 use crate::lease::Lease;
 use crate::metrics::Counters;
 use crate::observe;
@@ -84,8 +84,17 @@ impl Coordinator {
     ) -> Result<Arc<Lease>, LockError> {
         let resource = resources.name();
         let keys = resources.keys.clone();
-        let token = LockToken::generate();
-        let waiter = asking.waiter();
+        // A waiter of the direct grant asks for the key in the acquisition's token, which
+        // its grants set it to; any other attempt draws a token of its own.
+        let token = asking
+            .grants()
+            .map_or_else(LockToken::generate, |grants| grants.token.clone());
+        let waiter = asking.in_line();
+        // Its grants are heard of from before the refresh is sent.
+        let mut heard = match (asking.grants(), &waiter) {
+            (Some(grants), Some(in_line)) => grants.listen(&in_line.waiter),
+            _ => None,
+        };
         // If this future is dropped mid-round, the nodes that said yes are unlocked in the
         // background instead of holding the key for a whole TTL (and the waiter leaves the
         // queues after that, so no request of this round can queue it again).
@@ -96,6 +105,7 @@ impl Coordinator {
                 token.clone(),
                 waiter.clone(),
             )),
+            unlock: true,
         };
 
         Counters::bump(&self.counters.attempts);
@@ -107,7 +117,10 @@ impl Coordinator {
             (Some(claim), _) => claim.command(key_ttl),
             (None, Asking::Plain) => Command::Lock(key_ttl),
             (None, Asking::Watching(interest)) => Command::LockWatching(key_ttl, *interest),
-            (None, Asking::Queued(place)) => Command::LockQueued(key_ttl, Arc::clone(place)),
+            (None, Asking::Queued(place, grants)) => {
+                let stamp = grants.as_ref().map(|grants| grants.stamp);
+                Command::LockQueued(key_ttl, Arc::clone(place), stamp)
+            }
         };
         let mut in_flight = self.send(command, &keys, &token);
         let mut tally = self.empty_tally();
@@ -120,6 +133,27 @@ impl Coordinator {
             // (or has timed out) before its unlock is sent, so the unlock cannot overtake it.
             self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode, &mut answers)
                 .await;
+        }
+        if let (Some(heard), Some(grants)) = (&mut heard, asking.grants()) {
+            if !tally.has_quorum() {
+                // Every node answered. Where all refused, nothing of this refresh is on the
+                // nodes but grants not heard of yet, which the waiter gives back when it
+                // leaves the lines in its token: dropped meanwhile (a cohort's pass won, a
+                // deadline), the attempt leaves nothing to undo (and no request in flight
+                // that could queue the waiter after it left).
+                cleanup.unlock = answers
+                    .iter()
+                    .any(|answer| !matches!(answer, Some(Answer::Refused)));
+                let hearing = self.hear_grants(
+                    &mut tally,
+                    &mut answers,
+                    heard,
+                    grants,
+                    started,
+                    &mut cleanup,
+                );
+                Box::pin(hearing).await;
+            }
         }
         let (granted, refused, failed) = (tally.granted, tally.refused.len(), tally.failures.len());
         // Kept for the guard, so that a holder can tell a quorum reached with nodes failing.
@@ -154,6 +188,13 @@ impl Coordinator {
                 let lease = Lease::new(counters, resources, token, tally, started, deadline)
                     .with_fencing_token(fencing_token)
                     .listed_beside(claim.and_then(Claim::listed_beside));
+                // It leaves the lines of the nodes that did not grant it the lock, keeping a
+                // grant that reaches it late: a key in its token is part of its lock, which
+                // its release deletes (after the leave, on the same connection).
+                let waiter = waiter.map(|in_line| InLine {
+                    token: None,
+                    ..in_line
+                });
                 Ok(self.lease_won(lease, in_flight, waiter, &answers))
             }
             Err(error) => {
@@ -165,6 +206,57 @@ impl Coordinator {
                 cleanup.disarm();
                 Err(error)
             }
+        }
+    }
+
+    /// A waiter of the direct grant that a quorum did not grant the keys in its refresh:
+    /// counts the grants that the nodes which queued it (refused, or failed to answer)
+    /// announce for this refresh's place, until the nodes that took the keys and those that
+    /// granted them make a quorum, the wait its `grants` allow passed, or the validity
+    /// counted from the refresh's start ran out. A node that announces a reservation for
+    /// the waiter instead ends the wait: the next refresh claims it.
+    ///
+    /// A grant counts from the refresh's start (`started`), as a yes to the refresh does:
+    /// the node made it on the place this refresh wrote, after the refresh arrived, and set
+    /// the key's TTL then.
+    async fn hear_grants(
+        &self,
+        tally: &mut Tally,
+        answers: &mut [Option<Answer>],
+        heard: &mut Heard,
+        grants: &Grants,
+        started: Instant,
+        cleanup: &mut UnlockOnDrop,
+    ) {
+        let Some(validity_ends) = self.config.deadline_from(started) else {
+            return;
+        };
+        let until = Instant::now()
+            .checked_add(grants.wait)
+            .map_or(validity_ends, |wait_ends| wait_ends.min(validity_ends));
+        let may_grant = |answers: &[Option<Answer>]| {
+            answers
+                .iter()
+                .filter(|answer| matches!(answer, Some(Answer::Refused | Answer::Failed)))
+                .count()
+        };
+        while tally.held_as.is_none()
+            && !tally.has_quorum()
+            && tally.granted + may_grant(answers) >= self.quorum
+        {
+            let Some(index) = heard.next(until).await else {
+                break;
+            };
+            let name = self.nodes[index].name();
+            match answers[index] {
+                Some(Answer::Refused) => tally.refused.retain(|node| node != name),
+                Some(Answer::Failed) => tally.failures.retain(|failure| failure.node != name),
+                _ => continue,
+            }
+            answers[index] = Some(Answer::Granted);
+            tally.granted += 1;
+            cleanup.unlock = true;
+            Counters::bump(&self.counters.grants_heard);
         }
     }
 
@@ -320,7 +412,10 @@ impl Coordinator {
         let mut last_error: Option<LockError> = None;
         let mut attempts: u64 = 0;
         let outcome = loop {
-            let asking = waiter.next_attempt();
+            // Drawn before the attempt: a waiter of the direct grant waits for its grants
+            // within it, for as long.
+            let wait = retry_wait(&self.config, &mut rand::rng());
+            let asking = waiter.next_attempt(wait);
             let attempt_started = Instant::now();
             attempts += 1;
             span.record("attempts", attempts);
@@ -338,7 +433,6 @@ impl Coordinator {
             if let Some(seat) = seat {
                 seat.sit();
             }
-            let wait = retry_wait(&self.config, &mut rand::rng());
             let wakes = Instant::now().checked_add(wait);
             if deadline.is_some_and(|deadline| wakes.is_none_or(|wakes| wakes >= deadline)) {
                 break Err(error);
@@ -372,14 +466,14 @@ impl Coordinator {
         self: Arc<Self>,
         keys: Keys,
         token: LockToken,
-        waiter: Option<LockToken>,
+        waiter: Option<InLine>,
     ) {
         spawn_detached(async move {
             self.round(Command::Unlock, &keys, &token, Wait::ForEveryNode)
                 .await;
-            if let Some(waiter) = waiter {
+            if let Some(in_line) = waiter {
                 let timeout = self.config.node_timeout();
-                self.hand_off.leave_queues(&keys, &waiter, timeout).await;
+                self.hand_off.leave_queues(&keys, &in_line, timeout).await;
             }
         });
     }
@@ -387,9 +481,12 @@ impl Coordinator {
 
 /// Unlocks every node in the background unless disarmed: makes an acquisition round safe
 /// to cancel at any await point. Armed for the keys of a token, and for the queue places of
-/// a waiter, if any.
+/// a waiter, if any. Without `unlock` (a waiter of the direct grant refused by every node,
+/// waiting for grants) there is nothing to undo: the waiter leaves the lines in its token
+/// when its acquisition ends, however it ends, which gives back a grant made meanwhile.
 struct UnlockOnDrop {
-    armed: Option<(Arc<Coordinator>, Keys, LockToken, Option<LockToken>)>,
+    armed: Option<(Arc<Coordinator>, Keys, LockToken, Option<InLine>)>,
+    unlock: bool,
 }
 
 impl UnlockOnDrop {
@@ -400,8 +497,11 @@ impl UnlockOnDrop {
 
 impl Drop for UnlockOnDrop {
     fn drop(&mut self) {
-        if let Some((coordinator, keys, token, waiter)) = self.armed.take() {
-            coordinator.abandon_in_background(keys, token, waiter);
+        match self.armed.take() {
+            Some((coordinator, keys, token, waiter)) if self.unlock => {
+                coordinator.abandon_in_background(keys, token, waiter);
+            }
+            _ => {}
         }
     }
 }

@@ -9,8 +9,8 @@ use futures::FutureExt;
 use super::votes::{Answer, InFlight};
 use super::Coordinator;
 use crate::fan_out::spawn_detached;
+use crate::handoff::InLine;
 use crate::lease::Lease;
-use crate::token::LockToken;
 
 impl Coordinator {
     /// The lease of a won round, with what the round left in flight taken care of.
@@ -27,7 +27,7 @@ impl Coordinator {
         self: &Arc<Self>,
         lease: Lease,
         mut in_flight: InFlight,
-        waiter: Option<LockToken>,
+        waiter: Option<InLine>,
         answers: &[Option<Answer>],
     ) -> Arc<Lease> {
         if waiter.is_none() {
@@ -84,8 +84,9 @@ impl Coordinator {
             let keys = lease.keys.clone();
             let waiter = waiter.clone();
             async move {
-                if let Some(waiter) = waiter {
-                    let _ = tokio::time::timeout(timeout, node.leave_queue(&keys, &waiter)).await;
+                if let Some(InLine { waiter, token }) = waiter {
+                    let leave = node.leave_queue(&keys, &waiter, token.as_ref());
+                    let _ = tokio::time::timeout(timeout, leave).await;
                 }
             }
         };
@@ -141,8 +142,9 @@ impl Coordinator {
 pub(super) struct Stragglers {
     in_flight: InFlight,
     lease: Arc<Lease>,
-    /// The winner's queue id, when it won as a queued waiter.
-    waiter: Option<LockToken>,
+    /// The winner as the queues know it, when it won as a queued waiter: it leaves the
+    /// lines of the nodes that did not grant it the lock.
+    waiter: Option<InLine>,
     /// The nodes that answered the round without granting the lock.
     refused_by: Vec<usize>,
 }

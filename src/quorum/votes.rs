@@ -20,7 +20,8 @@ pub(super) enum Command {
     Lock(Duration),
     /// With the waiter's interest in announcements.
     LockWatching(Duration, Duration),
-    LockQueued(Duration, Arc<QueuePlace>),
+    /// With the refresh's stamp, for a waiter of the direct grant.
+    LockQueued(Duration, Arc<QueuePlace>, Option<u64>),
     Unlock,
     Extend(Duration),
     /// An extension of shared holders' entries, raising the expiry of the holder list
@@ -101,8 +102,9 @@ impl Coordinator {
                     Command::LockWatching(ttl, interest) => {
                         node.try_lock_watching(&keys, &token, ttl, interest).await
                     }
-                    Command::LockQueued(ttl, place) => {
-                        node.try_lock_queued(&keys, &token, ttl, &place).await
+                    Command::LockQueued(ttl, place, stamp) => {
+                        node.try_lock_queued(&keys, &token, ttl, &place, stamp)
+                            .await
                     }
                     Command::Unlock => node.unlock(&keys, &token).await,
                     Command::Extend(ttl) => node.extend(&keys, &token, ttl).await,

@@ -74,6 +74,9 @@ pub enum Op {
         /// How long the waiter's place lasts from this attempt
         /// ([`QueuePlace::lifetime`](crate::node::QueuePlace::lifetime)).
         lifetime: Duration,
+        /// The refresh's stamp, for a waiter of the direct grant (whose token is its
+        /// acquisition's: its refreshes are told apart by their stamps).
+        stamp: Option<u64>,
     },
     /// [`NodeRequest::LeaveQueue`](crate::node::NodeRequest::LeaveQueue): a waiter
     /// ([`OpRecord::waiter`]) leaves the keys' queues.
@@ -280,14 +283,20 @@ impl Op {
                 token,
                 ttl,
                 place,
+                stamp,
             } => {
                 let op = Op::LockQueued {
                     ttl,
                     lifetime: place.lifetime,
+                    stamp,
                 };
                 (op, keys, Some(token), Some(&place.waiter))
             }
-            NodeRequest::LeaveQueue { keys, waiter } => (Op::LeaveQueue, keys, None, Some(waiter)),
+            NodeRequest::LeaveQueue {
+                keys,
+                waiter,
+                token,
+            } => (Op::LeaveQueue, keys, token, Some(waiter)),
             NodeRequest::LockShared {
                 keys, token, ttl, ..
             } => (Op::LockShared { ttl }, keys, Some(token), None),

@@ -15,33 +15,68 @@ use super::runner::{Attempt, AttemptResult, Event, Trace};
 /// The result of a check: the first violation, described.
 pub type Verdict = Result<(), String>;
 
-/// One attempt of an acquisition: a token and when its first request went out.
+/// One attempt of an acquisition: a token (and a stamp) and when its first request went
+/// out.
 #[derive(Debug, Clone)]
 pub struct Try {
     /// The attempt's token.
     pub token: LockToken,
+    /// Its stamp, for a refresh of a waiter of the direct grant, whose refreshes share the
+    /// acquisition's token.
+    pub stamp: Option<u64>,
     /// When its first `SET NX` was sent.
     pub first_sent: Instant,
 }
 
+/// The stamp of a lock request of a waiter of the direct grant.
+pub fn stamp_of(op: &Op) -> Option<u64> {
+    match op {
+        Op::LockQueued { stamp, .. } => *stamp,
+        _ => None,
+    }
+}
+
 /// The attempts (`SET NX` rounds) an acquisition made, in order: the client's lock
-/// requests sent between the call and the return, one token per attempt.
+/// requests sent between the call and the return, one token per attempt (one token and
+/// stamp per refresh of a waiter of the direct grant).
 pub fn tries(trace: &Trace, attempt: &Attempt) -> Vec<Try> {
     let mut tries: Vec<Try> = Vec::new();
     for (_, record) in &trace.log {
         let (true, Some(token)) = (record.op.is_lock(), &record.token) else {
             continue;
         };
+        let stamp = stamp_of(&record.op);
         let ours = record.client.as_deref() == Some(&*attempt.client_name);
         let during = attempt.called <= record.sent_at && record.sent_at <= attempt.returned;
-        if ours && during && !tries.iter().any(|t| &t.token == token) {
+        if ours && during && !tries.iter().any(|t| &t.token == token && t.stamp == stamp) {
             tries.push(Try {
                 token: token.clone(),
+                stamp,
                 first_sent: record.sent_at,
             });
         }
     }
     tries
+}
+
+/// The attempt that won `attempt`'s lock: its last with the granted token.
+fn winning_try(trace: &Trace, attempt: &Attempt, token: &LockToken) -> Option<Try> {
+    tries(trace, attempt)
+        .into_iter()
+        .rfind(|t| &t.token == token)
+}
+
+/// The nodes that announced, by `by`, that they granted the key to `waiter` on the place
+/// its refresh stamped `stamp` wrote (the direct grant): a yes to that refresh, heard on
+/// the client's channel.
+fn announced_grants(trace: &Trace, waiter: &LockToken, stamp: u64, by: Instant) -> BTreeSet<usize> {
+    let message = format!("{} {stamp}", waiter.as_str());
+    trace
+        .published
+        .iter()
+        .filter(|(_, at, published)| *at <= by && published.message == message.as_bytes())
+        .map(|(node, _, _)| *node)
+        .collect()
 }
 
 /// When the reply to `record` reached the client, if it did.
@@ -97,9 +132,11 @@ fn granted(trace: &Trace) -> impl Iterator<Item = (&Attempt, &super::runner::Gra
 pub fn quorum_of_grants(trace: &Trace) -> Verdict {
     let timeout = trace.config.node_timeout();
     for (attempt, grant) in granted(trace) {
+        let winning = winning_try(trace, attempt, &grant.token)
+            .ok_or_else(|| format!("no SET NX of the granted token {}", grant.token))?;
         let ops: Vec<_> = trace
             .ops_of(&attempt.client_name, &grant.token)
-            .filter(|(_, record)| record.op.is_lock())
+            .filter(|(_, record)| record.op.is_lock() && stamp_of(&record.op) == winning.stamp)
             .collect();
         let rounds: BTreeSet<Instant> = ops.iter().map(|(_, record)| record.sent_at).collect();
         if rounds.len() != 1 {
@@ -111,11 +148,15 @@ pub fn quorum_of_grants(trace: &Trace) -> Verdict {
                 rounds.len()
             ));
         }
-        let nodes: BTreeSet<usize> = ops
+        let mut nodes: BTreeSet<usize> = ops
             .iter()
             .filter(|(_, record)| confirmed(record, timeout, attempt.returned))
             .map(|(node, _)| *node)
             .collect();
+        let waiter = ops.iter().find_map(|(_, record)| record.waiter.as_ref());
+        if let (Some(stamp), Some(waiter)) = (winning.stamp, waiter) {
+            nodes.extend(announced_grants(trace, waiter, stamp, attempt.returned));
+        }
         if nodes.len() < trace.quorum {
             return Err(format!(
                 "client {} was granted {} at {} with OK from nodes {nodes:?} only; quorum {}",
@@ -135,9 +176,7 @@ pub fn validity_computation(trace: &Trace) -> Verdict {
     let max_validity = trace.config.max_validity();
     for attempt in &trace.attempts {
         if let AttemptResult::Granted(grant) = &attempt.result {
-            let first_sent = tries(trace, attempt)
-                .into_iter()
-                .find(|t| t.token == grant.token)
+            let first_sent = winning_try(trace, attempt, &grant.token)
                 .map(|t| t.first_sent)
                 .ok_or_else(|| format!("no SET NX of the granted token {}", grant.token))?;
             if grant.deadline != grant.acquired_at + max_validity {
@@ -234,6 +273,14 @@ pub fn no_overlap(trace: &Trace) -> Verdict {
 pub fn token_conditional_writes(trace: &Trace) -> Verdict {
     // Which client minted each token, in which round.
     let mut minted: BTreeMap<&str, (&str, Instant)> = BTreeMap::new();
+    // The tokens waiters of the direct grant queued with, and when they first did: a
+    // release may grant a key only to one of these, queued before.
+    let mut queued: BTreeMap<&str, Instant> = BTreeMap::new();
+    for (_, record) in &trace.log {
+        if let (Some(_), Some(token)) = (stamp_of(&record.op), &record.token) {
+            queued.entry(token.as_str()).or_insert(record.sent_at);
+        }
+    }
     for (_, record) in &trace.log {
         // The counter commands carry no token (invariant 9 checks them).
         let Some(token) = &record.token else {
@@ -253,7 +300,9 @@ pub fn token_conditional_writes(trace: &Trace) -> Verdict {
                 minted.insert(token, (client, record.sent_at));
             }
             (true, Some(&(first_client, round))) => {
-                if first_client != client || round != record.sent_at {
+                // A waiter of the direct grant refreshes in its acquisition's token.
+                let refresh = stamp_of(&record.op).is_some();
+                if first_client != client || (round != record.sent_at && !refresh) {
                     return Err(format!(
                         "token {token} used by two attempts (client {first_client} and {client})"
                     ));
@@ -272,7 +321,7 @@ pub fn token_conditional_writes(trace: &Trace) -> Verdict {
         // Every time the node ran the request: a resend after a reset runs it again.
         for outcome in record.outcomes() {
             if let Outcome::Applied(applied) = outcome {
-                conditional_change(record, applied)?;
+                conditional_change(record, applied, &queued)?;
             }
         }
     }
@@ -285,11 +334,17 @@ pub fn token_conditional_writes(trace: &Trace) -> Verdict {
 }
 
 /// What the node may do to the keys of one applied request: a release deletes only keys
-/// that hold its token (and may hand them to the next waiter, reserving them), an extend
-/// changes nothing unless all its keys hold its token, a lock attempt takes only free keys
-/// or keys reserved for its own waiter, and leaving a queue only gives back keys reserved
-/// for the waiter leaving.
-fn conditional_change(record: &OpRecord, applied: &quorumlock::sim::Applied) -> Verdict {
+/// that hold its token (and may hand them to the next waiter, reserving them, or granting
+/// them: setting them to the token that waiter queued with earlier), an extend changes
+/// nothing unless all its keys hold its token, a lock attempt takes only free keys or keys
+/// reserved for its own waiter (a waiter of the direct grant also restarts a key granted
+/// to it), and leaving a queue only gives back keys reserved for the waiter leaving (or
+/// granted to it, in the token it leaves with).
+fn conditional_change(
+    record: &OpRecord,
+    applied: &quorumlock::sim::Applied,
+    queued: &BTreeMap<&str, Instant>,
+) -> Verdict {
     let token = record.token.as_ref().map(LockToken::as_str);
     let waiter = record.waiter.as_ref().map(LockToken::as_str);
     let ours = |stored: &Option<Stored>| {
@@ -303,10 +358,14 @@ fn conditional_change(record: &OpRecord, applied: &quorumlock::sim::Applied) -> 
         waiter.is_some() && stored.as_ref().and_then(Stored::reserved_for) == waiter
     };
     let handed_on = |stored: &Option<Stored>| {
-        stored
-            .as_ref()
-            .is_none_or(|stored| stored.reserved_for().is_some())
+        stored.as_ref().is_none_or(|stored| {
+            stored.reserved_for().is_some()
+                || queued
+                    .get(stored.token.as_str())
+                    .is_some_and(|&at| at <= applied.at)
+        })
     };
+    let refresh = stamp_of(&record.op).is_some();
     let keys = applied.before.iter().zip(&applied.after);
     for (before, after) in keys.clone() {
         let allowed = match record.op {
@@ -317,8 +376,15 @@ fn conditional_change(record: &OpRecord, applied: &quorumlock::sim::Applied) -> 
                     after == before
                 }
             }
-            Op::LeaveQueue => after == before || (reserved_for_us(before) && handed_on(after)),
-            op if op.is_lock() => after == before || before.is_none() || reserved_for_us(before),
+            Op::LeaveQueue => {
+                after == before || ((reserved_for_us(before) || ours(before)) && handed_on(after))
+            }
+            op if op.is_lock() => {
+                after == before
+                    || before.is_none()
+                    || reserved_for_us(before)
+                    || (refresh && ours(before) && ours(after))
+            }
             _ => true,
         };
         if !allowed {
@@ -439,7 +505,8 @@ pub fn extension_rules(trace: &Trace) -> Verdict {
         let Some(grant) = attempt.grant() else {
             continue;
         };
-        // Only letting go deletes: no refresh (or check) ever does.
+        // Only letting go deletes: no refresh (or check) ever does. (A waiter of the direct
+        // grant rolls back its failed refreshes in the same token, before it holds.)
         let end = attempt.events.iter().find_map(|event| match event {
             Event::End { at, .. } => Some(*at),
             _ => None,
@@ -448,7 +515,9 @@ pub fn extension_rules(trace: &Trace) -> Verdict {
             trace
                 .ops_of(&attempt.client_name, &grant.token)
                 .find(|(_, record)| {
-                    record.op == Op::Unlock && end.is_none_or(|end| record.sent_at < end)
+                    record.op == Op::Unlock
+                        && record.sent_at >= attempt.returned
+                        && end.is_none_or(|end| record.sent_at < end)
                 })
         {
             return Err(format!(
@@ -624,15 +693,54 @@ pub fn bounded_jittered_retries(trace: &Trace) -> Result<Vec<Duration>, String> 
         for pair in tries.windows(2) {
             // The attempt ends when every node answered its lock request (or timed out)
             // and the rollback, where one was needed, is done.
-            let rollback_done = trace
-                .ops_of(&attempt.client_name, &pair[0].token)
-                .filter(|(_, record)| {
-                    (record.op == Op::Unlock || record.op.is_lock())
-                        && record.sent_at <= pair[1].first_sent
-                })
-                .map(|(_, record)| completion(record, config.node_timeout()))
-                .max()
-                .ok_or("an attempt was retried without having been sent")?;
+            let ops = || {
+                trace
+                    .ops_of(&attempt.client_name, &pair[0].token)
+                    .filter(|(_, record)| {
+                        (record.op == Op::Unlock
+                            || (record.op.is_lock() && stamp_of(&record.op) == pair[0].stamp))
+                            && record.sent_at >= pair[0].first_sent
+                            && record.sent_at < pair[1].first_sent
+                    })
+            };
+            let done = |records: &mut dyn Iterator<Item = &(usize, OpRecord)>| {
+                records
+                    .map(|(_, record)| completion(record, config.node_timeout()))
+                    .max()
+            };
+            let rollback_done =
+                done(&mut ops()).ok_or("an attempt was retried without having been sent")?;
+            if pair[0].stamp.is_some() {
+                // A waiter of the direct grant waits within its refresh, for the grants of
+                // the nodes that queued it, from when every node answered (then rolls back
+                // what it got, if anything): the wait ends early on an announcement for it.
+                let answered = done(&mut ops().filter(|(_, record)| record.op.is_lock()))
+                    .ok_or("a refresh was retried without having been sent")?;
+                let waited = pair[1].first_sent.saturating_duration_since(answered);
+                let waiter = ops().find_map(|(_, record)| record.waiter.clone());
+                let heard = trace.published.iter().any(|(_, at, published)| {
+                    *at >= pair[0].first_sent
+                        && *at <= pair[1].first_sent
+                        && waiter
+                            .as_ref()
+                            .is_some_and(|waiter| names(&published.message, waiter))
+                });
+                let rolling_back = rollback_done.saturating_duration_since(answered);
+                if waited > high + rolling_back || (waited < low && !heard) {
+                    return Err(format!(
+                        "client {} waited {waited:?} between refreshes (answered at {}, rolled \
+                         back by {}, next refresh at {}); allowed {low:?} to {high:?}",
+                        attempt.client,
+                        trace.t(answered),
+                        trace.t(rollback_done),
+                        trace.t(pair[1].first_sent)
+                    ));
+                }
+                if !heard {
+                    waits.push(waited.saturating_sub(rolling_back));
+                }
+                continue;
+            }
             let wait = pair[1].first_sent.saturating_duration_since(rollback_done);
             if wait < low || wait > high {
                 return Err(format!(
@@ -647,6 +755,13 @@ pub fn bounded_jittered_retries(trace: &Trace) -> Result<Vec<Duration>, String> 
         }
     }
     Ok(waits)
+}
+
+/// Whether an announcement's `message` names `waiter`: a reservation for it (its id), or a
+/// grant (its id and a stamp).
+fn names(message: &[u8], waiter: &LockToken) -> bool {
+    let id = waiter.as_str().as_bytes();
+    message == id || (message.starts_with(id) && message.get(id.len()) == Some(&b' '))
 }
 
 /// 9. Fencing tokens strictly increase across successive holders of a resource, and the

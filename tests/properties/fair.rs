@@ -299,6 +299,11 @@ fn dead_waiter_schedule() -> Schedule {
             vec![session(50, true, None, false, vec![hold(10)])],
         ],
         faults: vec![],
+        announce: false,
+        // The bound it checks is a reservation's: a grant to the dead waiter would hold the
+        // line up for its TTL (`tests/sim/fairness.rs`,
+        // `a_dead_waiter_granted_the_lock_holds_it_until_its_ttl`).
+        direct_grant: false,
     }
 }
 

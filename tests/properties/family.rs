@@ -85,6 +85,8 @@ async fn simulate(schedule: &Schedule, primitive: Primitive) -> Trace {
         origin,
         attempts,
         log: cluster.log(),
+        // The family's locks take no grants: they never queue.
+        published: Vec::new(),
         // The family's checks are about holders, not keys left behind.
         leftovers: Vec::new(),
     };

@@ -30,8 +30,9 @@ const MUTATIONS: &[(&str, &[Patch])] = &[
         "queued-lock-takes-held-keys",
         &[Patch {
             script: NodeScript::LockQueued,
-            from: "if value and value ~= mine then",
-            to: "if value and value ~= mine and string.sub(value, 1, #RESERVED) == RESERVED then",
+            from: "if (value and value ~= mine) or held_shared(KEYS[i]) then",
+            to: "if (value and value ~= mine and string.sub(value, 1, #RESERVED) == RESERVED) \
+                 or held_shared(KEYS[i]) then",
         }],
     ),
     // A queued attempt takes a key reserved for any waiter, not only for itself. Caught by
@@ -40,8 +41,9 @@ const MUTATIONS: &[(&str, &[Patch])] = &[
         "any-waiter-claims-a-reservation",
         &[Patch {
             script: NodeScript::LockQueued,
-            from: "if value and value ~= mine then",
-            to: "if value and string.sub(value, 1, #RESERVED) ~= RESERVED then",
+            from: "if (value and value ~= mine) or held_shared(KEYS[i]) then",
+            to: "if (value and string.sub(value, 1, #RESERVED) ~= RESERVED) \
+                 or held_shared(KEYS[i]) then",
         }],
     ),
     // A release reserves the key for twice as long as the waiter's place lasts, so a dead
@@ -61,8 +63,43 @@ const MUTATIONS: &[(&str, &[Patch])] = &[
         "leave-queue-keeps-the-place",
         &[Patch {
             script: NodeScript::LeaveQueue,
-            from: "    redis.call(\"ZREM\", queue, ARGV[1])\n    redis.call(\"HDEL\", deadlines, ARGV[1])\n",
+            from: "    redis.call(\"ZREM\", queue, waiter)\n    redis.call(\"HDEL\", deadlines, waiter, GRANT .. waiter)\n",
             to: "",
+        }],
+    ),
+    // The direct grant: a refresh that finds the key granted to an earlier place of its
+    // waiter says yes but keeps the grant's older TTL, which the waiter's validity, counted
+    // from the refresh, outlasts (the model check's `KeepsEarlierGrants`). Caught by
+    // `fair_queue_never_has_two_holders`.
+    (
+        "grant-keeps-the-earlier-ttl",
+        &[Patch {
+            script: NodeScript::LockQueued,
+            from: "        for i = 1, n do\n            redis.call(\"PEXPIRE\", KEYS[i], ARGV[2])\n        end\n",
+            to: "",
+        }],
+    ),
+    // The direct grant: a release grants the key for half the waiter's TTL, so that the
+    // key's life ends before the validity the waiter counts from its refresh (the grant's
+    // validity counted from the wrong moment, seen from the node). Caught by
+    // `fair_queue_never_has_two_holders`.
+    (
+        "grant-for-half-the-ttl",
+        &[Patch {
+            script: NodeScript::Unlock,
+            from: r#"redis.call("SET", key, token, "PX", ttl)"#,
+            to: r#"redis.call("SET", key, token, "PX", math.floor(ttl / 2))"#,
+        }],
+    ),
+    // The direct grant: a waiter that leaves the line keeps a key granted to it (its leave
+    // gives back only a reservation), so a grant to a waiter that left holds the key until
+    // its TTL. Caught by `no_key_left_behind_after_a_dropped_acquire`.
+    (
+        "leave-keeps-a-grant",
+        &[Patch {
+            script: NodeScript::LeaveQueue,
+            from: "if value == mine or (token and value == token) then",
+            to: "if value == mine then",
         }],
     ),
 ];

@@ -174,6 +174,8 @@ fn invariant_8_retry_waits_spread_across_the_jitter() {
             }],
         ],
         faults: vec![],
+        announce: false,
+        direct_grant: true,
     };
     let trace = run(&schedule);
     let waits = checks::bounded_jittered_retries(&trace).unwrap_or_else(|error| panic!("{error}"));
@@ -728,6 +730,8 @@ fn two_clients_one_lock() -> Schedule {
             }],
         ],
         faults: vec![],
+        announce: false,
+        direct_grant: true,
     }
 }
 

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorumlock::sim::{OpRecord, SimCluster, SimNode};
+use quorumlock::sim::{OpRecord, Published, SimCluster, SimNode};
 use quorumlock::{LockConfig, LockError, LockGuard, LockToken, Redlock};
 use tokio::time::Instant;
 
@@ -31,6 +31,9 @@ pub struct Trace {
     pub attempts: Vec<Attempt>,
     /// Every node's log: `(node, record)`, by time sent.
     pub log: Vec<(usize, OpRecord)>,
+    /// Every message the nodes' scripts published: `(node, when, message)`, by node, each
+    /// node's oldest first (a waiter of the direct grant hears of its grants in them).
+    pub published: Vec<(usize, Instant, Published)>,
     /// What the nodes held once every client was done and the requests they left in flight
     /// or in the background had landed: `(node, key)`, fencing counters aside.
     pub leftovers: Vec<(usize, String)>,
@@ -177,6 +180,7 @@ async fn simulate(schedule: &Schedule) -> Trace {
     let origin = Instant::now();
     let config = schedule.config();
     let cluster = SimCluster::new(schedule.nodes);
+    cluster.announce_releases(schedule.announce);
     for (node, setup) in cluster.nodes().iter().zip(&schedule.setup) {
         node.set_clock_rate(setup.rate);
         node.set_request_delay(ms(setup.request_delay_ms));
@@ -232,6 +236,16 @@ async fn simulate(schedule: &Schedule) -> Trace {
         origin,
         attempts,
         log: cluster.log(),
+        published: cluster
+            .nodes()
+            .iter()
+            .enumerate()
+            .flat_map(|(index, node)| {
+                node.published()
+                    .into_iter()
+                    .map(move |(at, message)| (index, at, message))
+            })
+            .collect(),
         leftovers,
     };
     // Vanished clients' guards go only now, after the log was taken.

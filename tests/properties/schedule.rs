@@ -36,6 +36,13 @@ pub struct Schedule {
     pub clients: Vec<Vec<Session>>,
     /// Node faults, at virtual times from the start.
     pub faults: Vec<TimedFault>,
+    /// Whether the nodes announce releases (then a waiter of the direct grant hears of its
+    /// grants, and others wake on the releases); off, every waiter learns what a release
+    /// did from its next attempt.
+    pub announce: bool,
+    /// Whether a fair lock's waiters take grants ([`LockConfig::direct_grant`]); off, the
+    /// releases reserve (the protocol before the direct grant).
+    pub direct_grant: bool,
 }
 
 /// A node at the start of the run.
@@ -163,6 +170,7 @@ impl Schedule {
             .retry_delay(ms(self.retry_delay_ms))
             .retry_jitter(ms(self.retry_jitter_ms))
             .fencing(self.fencing)
+            .direct_grant(self.direct_grant)
             .build()
             .unwrap_or_else(|error| panic!("the generator made an invalid configuration: {error}"))
     }
@@ -353,6 +361,16 @@ pub fn schedules(profile: Profile) -> impl Strategy<Value = Schedule> {
         } else {
             (0u32..=3).boxed()
         };
+        // The fair queue's runs hear announcements half the time, and take grants three
+        // times in four (else the releases reserve, as before the direct grant).
+        let (announce, direct_grant) = if profile.fair_queue {
+            (
+                any::<bool>().boxed(),
+                prop_oneof![3 => Just(true), 1 => Just(false)].boxed(),
+            )
+        } else {
+            (Just(false).boxed(), Just(true).boxed())
+        };
         (
             1..=(ttl / 10).max(1),
             retries,
@@ -362,9 +380,22 @@ pub fn schedules(profile: Profile) -> impl Strategy<Value = Schedule> {
             collection_of_setups(profile, nodes, ttl, drift),
             clients(profile, ttl),
             faults(profile, nodes, ttl, drift),
+            announce,
+            direct_grant,
         )
             .prop_map(
-                move |(timeout, retries, delay, jitter, fencing, setup, clients, faults)| {
+                move |(
+                    timeout,
+                    retries,
+                    delay,
+                    jitter,
+                    fencing,
+                    setup,
+                    clients,
+                    faults,
+                    announce,
+                    direct_grant,
+                )| {
                     Schedule {
                         nodes,
                         ttl_ms: ttl,
@@ -377,6 +408,8 @@ pub fn schedules(profile: Profile) -> impl Strategy<Value = Schedule> {
                         setup,
                         clients,
                         faults,
+                        announce,
+                        direct_grant,
                     }
                 },
             )
@@ -589,7 +622,7 @@ impl fmt::Display for Schedule {
         writeln!(
             f,
             "{} nodes, ttl {} ms, drift factor {}, node timeout {} ms, retries {} x {} ± {} ms, \
-             fencing {}",
+             fencing {}, announcements {}, direct grant {}",
             self.nodes,
             self.ttl_ms,
             self.drift_factor,
@@ -597,7 +630,9 @@ impl fmt::Display for Schedule {
             self.retry_count,
             self.retry_delay_ms,
             self.retry_jitter_ms,
-            self.fencing
+            self.fencing,
+            self.announce,
+            self.direct_grant
         )?;
         for (i, node) in self.setup.iter().enumerate() {
             writeln!(

@@ -1,6 +1,9 @@
 //! Fair hand-off (`LockConfig::fair`) end to end on real Redis: a blocking waiter queues on
-//! the nodes, the release reserves the key for it and announces that on its client's
-//! channel, and the waiter claims the reservation. The fair queue's logic (first come,
+//! the nodes, and the release grants it the key (sets it to the waiter's token) and
+//! announces that on its client's channel with the stamp of the waiter's refresh, and the
+//! waiter holds with no round of its own (the direct grant); or, with
+//! `direct_grant(false)` and with the release script of the version before it, the release
+//! reserves the key for the waiter, which claims it. The fair queue's logic (first come,
 //! first served, barging, waiters that give up or die, several keys) is tested on the
 //! simulation, `tests/sim/fairness.rs`.
 
@@ -41,6 +44,14 @@ fn patient() -> LockConfig {
         .unwrap()
 }
 
+/// [`patient`], reserving instead of granting (the protocol before the direct grant).
+fn reserving() -> LockConfig {
+    patient().to_builder().direct_grant(false).build().unwrap()
+}
+
+/// The release script of the version before the direct grant.
+const PREVIOUS_UNLOCK: &str = include_str!("previous_protocol/unlock.lua");
+
 /// How many waiters each node's queue of [`RESOURCE`] holds.
 async fn queue_lengths(nodes: &[MultiplexedConnection]) -> Vec<usize> {
     let mut lengths = Vec::new();
@@ -56,34 +67,244 @@ async fn queue_lengths(nodes: &[MultiplexedConnection]) -> Vec<usize> {
     lengths
 }
 
-#[tokio::test]
-async fn a_release_is_reserved_for_the_waiter_in_line_and_claimed_on_its_announcement() {
-    let cluster = cluster(3).await;
-    let mut nodes = Vec::new();
+/// Subscribes to every node's announcements to waiters.
+async fn waiter_announcements(cluster: &quorumlock_testkit::RedisCluster) -> Vec<Announcements> {
     let mut announcements = Vec::new();
     for node in cluster.nodes() {
-        nodes.push(raw_connection(node).await);
         let mut pubsub = node.client().unwrap().get_async_pubsub().await.unwrap();
         pubsub.psubscribe(WAITER_CHANNELS).await.unwrap();
-        announcements.push(pubsub.into_on_message());
+        announcements.push(pubsub.into_on_message().boxed());
     }
-    let holder = redlock(&cluster, patient()).await;
+    announcements
+}
+
+/// One node's announcements to waiters.
+type Announcements = futures::stream::BoxStream<'static, redis::Msg>;
+
+/// The announcements the nodes made to a waiter within half a second each: their payloads,
+/// each checked to name a waiter of the client whose channel it went on.
+async fn announced(announcements: &mut [Announcements]) -> Vec<String> {
+    let mut payloads = Vec::new();
+    for stream in announcements {
+        let Ok(Some(message)) =
+            tokio::time::timeout(Duration::from_millis(500), stream.next()).await
+        else {
+            continue;
+        };
+        let channel = message.get_channel_name().to_owned();
+        let named: String = message.get_payload().unwrap();
+        let client = channel
+            .strip_prefix("quorumlock:waiter:")
+            .unwrap_or_else(|| panic!("announced on {channel}"));
+        assert!(
+            named.starts_with(&format!("{client}:")),
+            "{named:?} announced on {channel}"
+        );
+        payloads.push(named);
+    }
+    payloads
+}
+
+/// On how many nodes [`RESOURCE`] holds `guard`'s token.
+async fn holding(nodes: &[MultiplexedConnection], guard: &quorumlock::LockGuard) -> usize {
+    let mut holding = 0;
+    for connection in nodes {
+        let mut connection = connection.clone();
+        let value: Option<String> = redis::cmd("GET")
+            .arg(RESOURCE)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        holding += usize::from(value.as_deref() == Some(guard.token().as_str()));
+    }
+    holding
+}
+
+/// A holder of [`RESOURCE`] and a waiter for it in line on every node of three, each a
+/// client of its own with `config`, and every node's announcements to waiters subscribed
+/// to.
+struct Line {
+    cluster: quorumlock_testkit::RedisCluster,
+    nodes: Vec<MultiplexedConnection>,
+    announcements: Vec<Announcements>,
+    holder: quorumlock::Redlock,
+    held: quorumlock::LockGuard,
+    waiter_lock: quorumlock::Redlock,
+    /// The waiter's lock's counters before it began to wait.
+    before: quorumlock::LockMetrics,
+    /// The waiter: when it got the lock, and its guard.
+    waiter: tokio::task::JoinHandle<(Instant, quorumlock::LockGuard)>,
+}
+
+/// Sets up a [`Line`]: the waiter's second attempt, right after the first found the lock
+/// held, puts it in line on every node.
+async fn in_line(config: LockConfig) -> Line {
+    let cluster = cluster(3).await;
+    let mut nodes = Vec::new();
+    for node in cluster.nodes() {
+        nodes.push(raw_connection(node).await);
+    }
+    let announcements = waiter_announcements(&cluster).await;
+    let holder = redlock(&cluster, config.clone()).await;
     let held = holder.try_acquire(RESOURCE).await.unwrap();
+    let waiter_lock = redlock(&cluster, config).await;
+    let before = waiter_lock.metrics();
     let waiter = {
-        let lock = redlock(&cluster, patient()).await;
+        let lock = waiter_lock.clone();
         tokio::spawn(async move {
             let guard = lock.acquire(RESOURCE).await.expect("the waiter's acquire");
             (Instant::now(), guard)
         })
     };
-    // Its second attempt, right after the first found the lock held, puts it in line on
-    // every node.
     eventually(
         "the waiter in line on every node",
         SERVED_WITHIN,
         || async { queue_lengths(&nodes).await == [1, 1, 1] },
     )
     .await;
+    Line {
+        cluster,
+        nodes,
+        announcements,
+        holder,
+        held,
+        waiter_lock,
+        before,
+        waiter,
+    }
+}
+
+#[tokio::test]
+async fn a_release_grants_the_lock_to_the_waiter_in_line_without_a_round_of_its_own() {
+    let Line {
+        cluster: _cluster,
+        nodes,
+        mut announcements,
+        holder,
+        held,
+        waiter_lock,
+        before,
+        waiter,
+    } = in_line(patient()).await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    match holder.try_acquire(RESOURCE).await {
+        Err(LockError::Held { .. }) => {}
+        other => panic!("the releaser took the lock back from the line: {other:?}"),
+    }
+    let (got_it, guard) = tokio::time::timeout(SERVED_WITHIN, waiter)
+        .await
+        .expect("the waiter was never served")
+        .expect("the waiter's task");
+    let took = got_it - released;
+    assert!(took < DELAY / 2, "served {took:?} after the release");
+    // On a quorum at least (a node whose release comes after the waiter won and left its
+    // line hands the key to nobody).
+    assert!(holding(&nodes, &guard).await >= 2);
+    // Two attempts (the one that found the lock held, the one that queued it), and the
+    // grants heard: no round to claim the lock.
+    let metrics = waiter_lock.metrics();
+    assert_eq!(metrics.attempts - before.attempts, 2, "{metrics:?}");
+    assert!(
+        metrics.grants_heard - before.grants_heard >= 2,
+        "{metrics:?}"
+    );
+
+    // Each node announced the grant, with the stamp of the refresh whose place it was
+    // made on: the same waiter and stamp on every node.
+    let payloads = announced(&mut announcements).await;
+    assert!(payloads.len() >= 2, "{payloads:?}");
+    let (waiter_id, stamp) = payloads[0]
+        .split_once(' ')
+        .expect("a grant names its stamp");
+    assert_eq!(stamp, "1", "{payloads:?}");
+    assert!(
+        payloads.iter().all(|named| *named == payloads[0]),
+        "{payloads:?}"
+    );
+    assert!(waiter_id.contains(':'), "{waiter_id}");
+    eventually("no waiter left in any queue", SERVED_WITHIN, || async {
+        queue_lengths(&nodes).await == [0, 0, 0]
+    })
+    .await;
+    guard.release().await.unwrap();
+}
+
+/// A client of the version before the direct grant, releasing with its own script, reserves
+/// the key for a waiter of the direct grant (whose place's grant terms it does not read);
+/// the waiter hears the reservation, stops waiting for grants, and claims it at once.
+#[tokio::test]
+async fn a_release_by_a_client_of_the_previous_version_is_claimed_by_a_waiter_of_the_direct_grant()
+{
+    let Line {
+        cluster: _cluster,
+        nodes,
+        mut announcements,
+        holder: _holder,
+        held,
+        waiter_lock,
+        before: _,
+        waiter,
+    } = in_line(patient()).await;
+
+    // The previous version's release, on every node (the waiter may claim the first
+    // reservations before the last nodes are released).
+    let released = Instant::now();
+    let keys = [
+        RESOURCE,
+        QUEUE,
+        "quorumlock:waiter-deadlines:fair",
+        "quorumlock:watched:fair",
+    ];
+    for connection in &nodes {
+        let mut connection = connection.clone();
+        let released: i64 = redis::cmd("EVAL")
+            .arg(PREVIOUS_UNLOCK)
+            .arg(keys.len())
+            .arg(&keys[..])
+            .arg(held.token().as_str())
+            .arg("quorumlock:released:")
+            .query_async(&mut connection)
+            .await
+            .expect("the previous release script");
+        assert_eq!(released, 1);
+    }
+    let (got_it, guard) = tokio::time::timeout(SERVED_WITHIN, waiter)
+        .await
+        .expect("the waiter was never served")
+        .expect("the waiter's task");
+    let took = got_it - released;
+    assert!(took < DELAY / 2, "served {took:?} after the release");
+    // On a quorum at least: it may win on the first two nodes released, and leave the
+    // third node's line before that node's release reaches it.
+    assert!(holding(&nodes, &guard).await >= 2);
+    // The nodes released before the waiter won announced a reservation (the waiter, no
+    // stamp), which it claimed: a quorum of them at least.
+    let payloads = announced(&mut announcements).await;
+    assert!(payloads.len() >= 2, "{payloads:?}");
+    assert!(
+        payloads.iter().all(|named| !named.contains(' ')),
+        "{payloads:?}"
+    );
+    assert_eq!(waiter_lock.metrics().grants_heard, 0);
+    drop(held); // its release finds the key another's: nothing to do
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_reservations_a_release_is_reserved_for_the_waiter_in_line_and_claimed_on_its_announcement(
+) {
+    let Line {
+        cluster,
+        nodes,
+        mut announcements,
+        holder,
+        held,
+        waiter_lock: _,
+        before: _,
+        waiter,
+    } = in_line(reserving()).await;
 
     let released = Instant::now();
     held.release().await.unwrap();

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorumlock::sim::{Op, Outcome, SimCluster};
+use quorumlock::sim::{Applied, Op, Outcome, SimCluster};
 use quorumlock::{DistributedLock, LeaseEnd, LockConfig, LockError, LockToken, Redlock};
 use tokio::time::Instant;
 use tokio_test::task;
@@ -90,18 +90,32 @@ fn runs(sections: &[LockToken]) -> Vec<usize> {
     runs
 }
 
-/// How many releases each node ran.
+/// How many releases each node ran that released a key (an acquisition dropped while
+/// its requests were in flight, as a waiter whose turn a pass ended is, unlocks too, and
+/// mostly finds nothing).
 fn releases(cluster: &SimCluster) -> Vec<usize> {
-    count_applied(cluster, |op, _| *op == Op::Unlock)
+    count_applied(cluster, |op, applied| *op == Op::Unlock && applied.result)
+}
+
+/// How many releases each node ran that granted the key to the next waiter (set it to
+/// the waiter's token: the direct grant).
+fn granted_by_releases(cluster: &SimCluster) -> Vec<usize> {
+    count_applied(cluster, |op, applied| {
+        *op == Op::Unlock
+            && applied.after[0]
+                .as_ref()
+                .is_some_and(|after| after.reserved_for().is_none())
+    })
 }
 
 /// How many lock attempts each node granted.
 fn grants(cluster: &SimCluster) -> Vec<usize> {
-    count_applied(cluster, |op, granted| op.is_lock() && granted)
+    count_applied(cluster, |op, applied| op.is_lock() && applied.result)
 }
 
-/// How many requests each node ran that `counted` counts, given their command and result.
-fn count_applied(cluster: &SimCluster, counted: impl Fn(&Op, bool) -> bool) -> Vec<usize> {
+/// How many requests each node ran that `counted` counts, given their command and what it
+/// did.
+fn count_applied(cluster: &SimCluster, counted: impl Fn(&Op, &Applied) -> bool) -> Vec<usize> {
     cluster
         .nodes()
         .iter()
@@ -109,7 +123,7 @@ fn count_applied(cluster: &SimCluster, counted: impl Fn(&Op, bool) -> bool) -> V
             node.log()
                 .iter()
                 .filter(|record| match &record.outcome {
-                    Outcome::Applied(applied) => counted(&record.op, applied.result),
+                    Outcome::Applied(applied) => counted(&record.op, applied),
                     _ => false,
                 })
                 .count()
@@ -144,8 +158,16 @@ async fn tasks_of_one_process_pass_the_lock_without_round_trips() {
     assert_eq!(runs, [33, 33, 31, 1, 1, 1]);
     // A pass sends nothing: the nodes saw a lock and a release per acquisition only.
     assert!(metrics.released <= metrics.acquired, "{metrics:?}");
+    // Each node took the keys once per acquisition: on a lock request, or by a release
+    // that granted them to the process's waiter in line.
     let acquired = metrics.acquired as usize;
-    assert_eq!(grants(&cluster), [acquired; 3]);
+    let taken: Vec<usize> = grants(&cluster)
+        .iter()
+        .zip(granted_by_releases(&cluster))
+        .map(|(locked, granted)| locked + granted)
+        .collect();
+    assert_eq!(taken, [acquired; 3], "{metrics:?}");
+    assert!(metrics.grants_heard > 0, "{metrics:?}");
     assert_eq!(releases(&cluster), [acquired; 3]);
     no_keys_left(&cluster).await;
 }
@@ -223,11 +245,13 @@ async fn a_waiter_of_another_process_is_served_within_the_window() {
     for worker in workers {
         worker.await.unwrap();
     }
-    // Exactly then: the moment the second window closed (the nodes answer in no time).
+    // After the first window closed, and by the moment the second did (the nodes answer
+    // in no time). A run won by grants counts its window from the refresh the grants were
+    // made on, which may be before the release: the second closes a little early then.
     assert!(waited < window * 2, "the remote waiter waited {waited:?}");
-    assert_eq!(
-        asked + waited - started,
-        window * 2,
+    let remote_served = asked + waited - started;
+    assert!(
+        remote_served > window && remote_served <= window * 2,
         "served {waited:?} after it asked, {:?} after the start",
         asked - started
     );

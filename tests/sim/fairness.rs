@@ -39,6 +39,19 @@ fn patient() -> LockConfig {
         .unwrap()
 }
 
+/// [`patient`], with releases that reserve the lock for the next in line, who claims it
+/// in a round of its own: the protocol before the direct grant.
+fn reserving() -> LockConfig {
+    LockConfig::builder()
+        .ttl(TTL)
+        .retry_count(10_000)
+        .retry_jitter(Duration::ZERO)
+        .acquire_timeout(LockConfig::MAX_BLOCKING_ACQUIRE)
+        .direct_grant(false)
+        .build()
+        .unwrap()
+}
+
 /// How long a [`patient`] waiter's place lasts without a refresh.
 const PATIENT_PLACE: Duration = Duration::from_millis(700);
 
@@ -143,6 +156,40 @@ fn reservations(cluster: &SimCluster) -> Vec<Vec<String>> {
                 })
                 .collect()
         })
+        .collect()
+}
+
+/// For each node, the tokens its releases granted the key to (the direct grant), in order.
+fn grants(cluster: &SimCluster) -> Vec<Vec<LockToken>> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            node.log()
+                .iter()
+                .filter(|record| record.op == Op::Unlock)
+                .filter_map(|record| match &record.outcome {
+                    Outcome::Applied(applied) => applied.after[0]
+                        .as_ref()
+                        .filter(|after| after.reserved_for().is_none())
+                        .map(|after| after.token.clone()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The tokens of `client`'s queued attempts on node 0, one per attempt: a waiter of the
+/// direct grant asks in one token for its whole acquisition.
+fn queued_tokens(cluster: &SimCluster, client: &str) -> Vec<LockToken> {
+    cluster.nodes()[0]
+        .log()
+        .iter()
+        .filter(|record| {
+            matches!(record.op, Op::LockQueued { .. }) && record.client.as_deref() == Some(client)
+        })
+        .filter_map(|record| record.token.clone())
         .collect()
 }
 
@@ -272,18 +319,18 @@ async fn releases_go_first_come_first_served_across_clients() {
     assert!(no_queue_of(&cluster, &[RESOURCE]));
 }
 
-/// With the announcements heard, each waiter in line claims the release the moment the one
-/// before it released.
-#[tokio::test(start_paused = true)]
-async fn each_release_is_claimed_at_once_by_the_next_in_line() {
+/// Three waiters of `config` in line behind a holder on five nodes, each holding for 20 ms
+/// once served: with the announcements heard, each gets the lock the moment the one before
+/// it released, in the order they came. Returns the cluster, once they are all done.
+async fn three_in_line_served_at_once(config: LockConfig) -> SimCluster {
     const HOLD: Duration = Duration::from_millis(20);
-    let (cluster, _holder, held) = holding_resource(5, patient()).await;
+    let (cluster, _holder, held) = holding_resource(5, config.clone()).await;
 
     let order = Order::default();
     let mut waiters = Vec::new();
     for id in 1..=3 {
         let name = format!("waiter-{id}");
-        let lock = client(&cluster, &name, patient());
+        let lock = client(&cluster, &name, config.clone());
         waiters.push(spawn_holding_waiter(lock, id, HOLD, &order));
         // The next waiter comes only once this one is in line everywhere.
         wait_in_line(&cluster, &name).await;
@@ -297,10 +344,36 @@ async fn each_release_is_claimed_at_once_by_the_next_in_line() {
     let order = order.lock().unwrap().clone();
     let ids: Vec<usize> = order.iter().map(|(id, _)| *id).collect();
     assert_eq!(ids, [1, 2, 3]);
-    // Each got it the moment the one before released: the key reserved for it, and the
-    // reservation announced on its client's channel, not found on a retry.
     let served: Vec<Duration> = order.iter().map(|(_, at)| *at - released).collect();
     assert_eq!(served, [Duration::ZERO, HOLD, HOLD * 2]);
+    settle().await;
+    assert!(no_queue_of(&cluster, &[RESOURCE]));
+    cluster
+}
+
+/// Each release grants the key outright to the next in line (sets it to its token), who
+/// holds on hearing a quorum of grants, with no round of its own.
+#[tokio::test(start_paused = true)]
+async fn each_release_is_granted_at_once_to_the_next_in_line() {
+    let cluster = three_in_line_served_at_once(patient()).await;
+    // One queued attempt each (the one that put it in line), in the token every node's
+    // release then granted the key to, in the order of the line: no claim round.
+    let tokens: Vec<LockToken> = (1..=3)
+        .map(|id| {
+            let attempts = queued_tokens(&cluster, &format!("waiter-{id}"));
+            assert_eq!(attempts.len(), 1, "waiter-{id}: {attempts:?}");
+            attempts[0].clone()
+        })
+        .collect();
+    assert_eq!(grants(&cluster), vec![tokens; 5]);
+    assert_eq!(reservations(&cluster), vec![Vec::<String>::new(); 5]);
+}
+
+/// With releases that reserve (the protocol before the direct grant), each release is
+/// reserved for the next in line, announced on its client's channel, and claimed at once.
+#[tokio::test(start_paused = true)]
+async fn with_reservations_each_release_is_claimed_at_once_by_the_next_in_line() {
+    let cluster = three_in_line_served_at_once(reserving()).await;
     let in_line: Vec<String> = (1..=3)
         .map(|id| {
             let (waiter, _) = queued_attempts(&cluster, &format!("waiter-{id}"));
@@ -308,16 +381,16 @@ async fn each_release_is_claimed_at_once_by_the_next_in_line() {
         })
         .collect();
     assert_eq!(reservations(&cluster), vec![in_line; 5]);
-    settle().await;
-    assert!(no_queue_of(&cluster, &[RESOURCE]));
+    assert_eq!(grants(&cluster), vec![Vec::<LockToken>::new(); 5]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_releaser_cannot_barge_in_ahead_of_the_line() {
-    let (cluster, holder, held) = holding_resource(3, patient()).await;
-    let waiter = spawn_waiter(&client(&cluster, "waiter", patient()));
+/// A holder and a waiter of `config` in line behind it on three nodes: the holder
+/// releases, and cannot take the lock straight back; the waiter gets it at that very moment,
+/// on the nodes' announcements. Returns the cluster and the waiter's guard.
+async fn the_releaser_cannot_barge_in(config: LockConfig) -> (SimCluster, LockGuard) {
+    let (cluster, holder, held) = holding_resource(3, config.clone()).await;
+    let waiter = spawn_waiter(&client(&cluster, "waiter", config));
     wait_in_line(&cluster, "waiter").await;
-    let (in_line, _) = queued_attempts(&cluster, "waiter");
 
     let released = Instant::now();
     held.release().await.unwrap();
@@ -326,16 +399,31 @@ async fn the_releaser_cannot_barge_in_ahead_of_the_line() {
         other => panic!("the releaser took the lock back from the line: {other:?}"),
     }
     let (got_it, guard) = waiter.await.unwrap();
-    // Claimed the moment it was released, on the announcement of its reservation.
     assert_eq!(
         got_it,
         released,
-        "claimed {:?} after the release",
+        "served {:?} after the release",
         got_it - released
     );
     assert_eq!(holding(&cluster, &guard), 3);
+    (cluster, guard)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_releaser_cannot_barge_in_ahead_of_the_line() {
+    let (cluster, guard) = the_releaser_cannot_barge_in(patient()).await;
+    // Granted on every node, in the token of its one queued attempt.
+    assert_eq!(queued_tokens(&cluster, "waiter"), [guard.token().clone()]);
+    assert_eq!(grants(&cluster), vec![vec![guard.token().clone()]; 3]);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_reservations_the_releaser_cannot_barge_in_ahead_of_the_line() {
+    let (cluster, guard) = the_releaser_cannot_barge_in(reserving()).await;
     // The release reserved the key for the waiter on every node, and the waiter claimed
     // that reservation.
+    let (in_line, _) = queued_attempts(&cluster, "waiter");
     assert_eq!(
         reservations(&cluster),
         vec![vec![in_line.as_str().to_owned()]; 3]
@@ -343,12 +431,47 @@ async fn the_releaser_cannot_barge_in_ahead_of_the_line() {
     guard.release().await.unwrap();
 }
 
-/// Even before the waiter in line claims the release, the key reserved for it is not free:
-/// the releaser's try is refused.
 #[tokio::test(start_paused = true)]
-async fn the_releaser_cannot_take_a_key_reserved_for_the_line() {
+async fn the_releaser_cannot_take_a_key_granted_to_the_line() {
     let (cluster, holder, held) = holding_resource(3, patient()).await;
     let waiter = spawn_waiter(&client(&cluster, "waiter", patient()));
+    wait_in_line(&cluster, "waiter").await;
+    let (_, last_attempts) = queued_attempts(&cluster, "waiter");
+    // The waiter hears of its grants only on its next refresh: meanwhile the key is in
+    // its token, which no lock request but its own takes.
+    for node in cluster.nodes() {
+        node.lose_announcements(true);
+    }
+
+    held.release().await.unwrap();
+    let granted = queued_tokens(&cluster, "waiter");
+    assert_eq!(cluster.holders(RESOURCE), vec![Some(granted[0].clone()); 3]);
+    match holder.try_acquire(RESOURCE).await {
+        Err(LockError::Held { .. }) => {}
+        other => panic!("the releaser took the lock back from the line: {other:?}"),
+    }
+
+    let (got_it, guard) = waiter.await.unwrap();
+    // Its next refresh, after the wait for grants it did not hear of, found the key in its
+    // token on every node and took it as that refresh's (its TTL restarted).
+    assert_eq!(
+        got_it,
+        last_attempts[0] + DELAY,
+        "taken on its next refresh"
+    );
+    assert_eq!(guard.token(), &granted[0]);
+    assert_eq!(
+        queued_tokens(&cluster, "waiter"),
+        vec![granted[0].clone(); 2]
+    );
+    assert_eq!(holding(&cluster, &guard), 3);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_reservations_the_releaser_cannot_take_a_key_reserved_for_the_line() {
+    let (cluster, holder, held) = holding_resource(3, reserving()).await;
+    let waiter = spawn_waiter(&client(&cluster, "waiter", reserving()));
     wait_in_line(&cluster, "waiter").await;
     let (in_line, last_attempts) = queued_attempts(&cluster, "waiter");
     // The waiter hears of the release only on its next retry: meanwhile the key stays
@@ -429,11 +552,11 @@ async fn a_dropped_acquire_leaves_the_queue() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_dead_waiter_holds_the_line_up_only_until_its_place_lapses() {
-    let (cluster, _holder, held) = holding_resource(3, patient()).await;
+async fn with_reservations_a_dead_waiter_holds_the_line_up_only_until_its_place_lapses() {
+    let (cluster, _holder, held) = holding_resource(3, reserving()).await;
     // A waiter first in line that dies there: it stops, never polled again and never
     // dropped (so it never leaves the queue), as a process that froze or was killed.
-    let dead_lock = client(&cluster, "dead", patient());
+    let dead_lock = client(&cluster, "dead", reserving());
     let mut dead = task::spawn(dead_lock.acquire(RESOURCE));
     pending_for(&mut dead, DELAY + Duration::from_millis(1)).await;
     assert!(
@@ -460,7 +583,7 @@ async fn a_dead_waiter_holds_the_line_up_only_until_its_place_lapses() {
     let lapses = dead_attempts[0] + PATIENT_PLACE;
     assert!(dead_attempts.iter().all(|&at| at == dead_attempts[0]));
 
-    let waiter = spawn_waiter(&client(&cluster, "live", patient()));
+    let waiter = spawn_waiter(&client(&cluster, "live", reserving()));
     wait_in_line(&cluster, "live").await;
     held.release().await.unwrap();
 
@@ -491,6 +614,41 @@ async fn a_dead_waiter_holds_the_line_up_only_until_its_place_lapses() {
         "{:?}",
         queued_for(&cluster, RESOURCE)
     );
+    guard.release().await.unwrap();
+}
+
+/// The cost of the direct grant (docs/safety.md, "The direct grant"): a waiter that dies in
+/// line and is then granted the lock holds it, as a holder that dies does, until its TTL
+/// runs out; a reservation lasted only until its place lapsed (the test above).
+#[tokio::test(start_paused = true)]
+async fn a_dead_waiter_granted_the_lock_holds_it_until_its_ttl() {
+    let (cluster, _holder, held) = holding_resource(3, patient()).await;
+    let dead_lock = client(&cluster, "dead", patient());
+    let mut dead = task::spawn(dead_lock.acquire(RESOURCE));
+    pending_for(&mut dead, DELAY + Duration::from_millis(1)).await;
+    assert!(
+        in_line_everywhere(&cluster, "dead"),
+        "the dead waiter never queued"
+    );
+    std::mem::forget(dead);
+    let dead_token = queued_tokens(&cluster, "dead")[0].clone();
+
+    let waiter = spawn_waiter(&client(&cluster, "live", patient()));
+    wait_in_line(&cluster, "live").await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    assert_eq!(cluster.holders(RESOURCE), vec![Some(dead_token); 3]);
+
+    let (got_it, guard) = waiter.await.unwrap();
+    // Taken on the live waiter's first refresh after the grant's TTL ran out.
+    let expired = released + TTL;
+    assert!(got_it > expired, "taken {:?} early", expired - got_it);
+    assert!(
+        got_it <= expired + DELAY,
+        "taken {:?} late",
+        got_it - expired
+    );
+    assert_eq!(holding(&cluster, &guard), 3);
     guard.release().await.unwrap();
 }
 

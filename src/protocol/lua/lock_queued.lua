@@ -1,12 +1,36 @@
 local n = #KEYS - 2
 local queue, deadlines = KEYS[n + 1], KEYS[n + 2]
-local mine = RESERVED .. ARGV[3]
+local waiter = ARGV[3]
+local mine = RESERVED .. waiter
+local stamp = ARGV[6]
+if stamp then
+    -- Granted to an earlier place of this waiter (after the refresh that wrote it): taken
+    -- as this refresh's grant, its TTL restarted now, after this request was sent.
+    local granted = true
+    for i = 1, n do
+        if redis.call("GET", KEYS[i]) ~= ARGV[1] then
+            granted = false
+            break
+        end
+    end
+    if granted then
+        for i = 1, n do
+            redis.call("PEXPIRE", KEYS[i], ARGV[2])
+        end
+        redis.call("ZREM", queue, waiter)
+        redis.call("HDEL", deadlines, waiter, GRANT .. waiter)
+        return 1
+    end
+end
 for i = 1, n do
     local value = redis.call("GET", KEYS[i])
     if (value and value ~= mine) or held_shared(KEYS[i]) then
         local lifetime = tonumber(ARGV[5])
-        redis.call("ZADD", queue, ARGV[4], ARGV[3])
-        redis.call("HSET", deadlines, ARGV[3], now_ms() + lifetime)
+        redis.call("ZADD", queue, ARGV[4], waiter)
+        redis.call("HSET", deadlines, waiter, now_ms() + lifetime)
+        if stamp then
+            redis.call("HSET", deadlines, GRANT .. waiter, ARGV[1] .. " " .. ARGV[2] .. " " .. stamp)
+        end
         for _, key in ipairs({queue, deadlines}) do
             if redis.call("PTTL", key) < lifetime then
                 redis.call("PEXPIRE", key, lifetime)
@@ -18,6 +42,6 @@ end
 for i = 1, n do
     redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
 end
-redis.call("ZREM", queue, ARGV[3])
-redis.call("HDEL", deadlines, ARGV[3])
+redis.call("ZREM", queue, waiter)
+redis.call("HDEL", deadlines, waiter, GRANT .. waiter)
 return 1

@@ -1,10 +1,13 @@
--- Reserves the freed `key` for the first waiter in `queue` whose place has not lapsed,
--- until that place would lapse, and announces it: the waiter's id on its client's channel
--- (the id is "<client>:<random>"), or, when nobody is in line, "" on `channel .. key`
--- (free for anybody) if the `watched` marker asks for it. No announcement when `channel`
--- is empty. Lapsed places met on the way are removed.
+-- Hands the freed `key` to the first waiter in `queue` whose place has not lapsed, and
+-- announces it on the waiter's client channel (the id is "<client>:<random>"), or, when
+-- nobody is in line, "" on `channel .. key` (free for anybody) if the `watched` marker asks
+-- for it. No announcement when `channel` is empty. Lapsed places met on the way are removed.
+-- A place with grant terms (a waiter of the direct grant) is granted the key: set to the
+-- waiter's token with its TTL, announced as "<waiter> <stamp>", the stamp of the refresh
+-- that wrote the place. Any other place, or one beside a live shared holder, is reserved
+-- the key (`RESERVED .. waiter`) until the place would lapse, announced as "<waiter>".
 local function pass_on(key, queue, deadlines, watched, channel)
-    local next_waiter = ""
+    local next_waiter, stamp = "", nil
     if redis.call("EXISTS", queue) == 1 then
         local now = now_ms()
         for _ = 1, 100 do
@@ -13,10 +16,20 @@ local function pass_on(key, queue, deadlines, watched, channel)
                 break
             end
             local lapses = tonumber(redis.call("HGET", deadlines, head))
+            local terms = redis.call("HGET", deadlines, GRANT .. head)
             redis.call("ZREM", queue, head)
-            redis.call("HDEL", deadlines, head)
+            redis.call("HDEL", deadlines, head, GRANT .. head)
             if lapses and lapses > now then
-                redis.call("SET", key, RESERVED .. head, "PX", lapses - now)
+                local token, ttl, granted
+                if terms then
+                    token, ttl, granted = string.match(terms, "^(%S+) (%d+) (%d+)$")
+                end
+                if token and not held_shared(key) then
+                    redis.call("SET", key, token, "PX", ttl)
+                    stamp = granted
+                else
+                    redis.call("SET", key, RESERVED .. head, "PX", lapses - now)
+                end
                 next_waiter = head
                 break
             end
@@ -27,8 +40,8 @@ local function pass_on(key, queue, deadlines, watched, channel)
     end
     if channel == "quorumlock:shard-released:" then
         -- A Redis Cluster member: sharded pub/sub, in the key's own slot. A client's
-        -- channel would hash to another slot, so a reservation is not announced there
-        -- (its waiter claims it on its retry delay).
+        -- channel would hash to another slot, so a reservation or a grant is not announced
+        -- there (its waiter learns of it from its next attempt).
         if next_waiter == "" and redis.call("EXISTS", watched) == 1 then
             redis.call("SPUBLISH", channel .. key, "")
         end
@@ -36,7 +49,11 @@ local function pass_on(key, queue, deadlines, watched, channel)
     end
     local client = string.match(next_waiter, "^(.+):[^:]*$")
     if client then
-        redis.call("PUBLISH", "quorumlock:waiter:" .. client, next_waiter)
+        local message = next_waiter
+        if stamp then
+            message = next_waiter .. " " .. stamp
+        end
+        redis.call("PUBLISH", "quorumlock:waiter:" .. client, message)
     elseif redis.call("EXISTS", watched) == 1 then
         redis.call("PUBLISH", channel .. key, next_waiter)
     end

@@ -175,10 +175,16 @@ pub(crate) fn wire_announcing<'a>(
             token,
             ttl,
             place,
-        } => lock_queued(scripts, keys, token, ttl, place, channel)?,
-        NodeRequest::LeaveQueue { keys, waiter } => {
+            stamp,
+        } => lock_queued(scripts, keys, token, ttl, place, stamp, channel)?,
+        NodeRequest::LeaveQueue {
+            keys,
+            waiter,
+            token,
+        } => {
             // A waiter for several keys may be queued under any of them.
-            let args = [waiter.as_bytes(), channel.as_bytes()];
+            let mut args = vec![waiter.as_bytes(), channel.as_bytes()];
+            args.extend(token.map(LockToken::as_bytes));
             repeatable(NodeScript::LeaveQueue, keys, &args, Read::Done)?
         }
         NodeRequest::WatchReleases { key } if announce => Wire::WatchReleases(key),
@@ -243,19 +249,22 @@ fn lock<'a>(
 
 /// A queued waiter's lock attempt. A waiter for several keys may move between their queues
 /// and pass on a key reserved for it, so it needs every key's queue and marker, and the
-/// channel prefix to announce what it passes on.
+/// channel prefix to announce what it passes on; it takes no grants (a `stamp` is for one
+/// key only).
 fn lock_queued<'a>(
     scripts: &'a NodeScripts,
     keys: &[Arc<str>],
     token: &LockToken,
     ttl: Duration,
     place: &QueuePlace,
+    stamp: Option<u64>,
     channel: &str,
 ) -> Result<Wire<'a>, NodeError> {
     let ttl = Decimal::new(millis(ttl));
     let ticket = Decimal::new(place.ticket);
     let lifetime = Decimal::new(millis(place.lifetime).max(1));
-    let args = [
+    let stamp = stamp.map(Decimal::new);
+    let mut args = [
         token.as_bytes(),
         ttl.as_bytes(),
         place.waiter.as_bytes(),
@@ -265,7 +274,13 @@ fn lock_queued<'a>(
     ];
     match keys {
         [] => Err(no_keys()),
-        [_] => lock_script(scripts, NodeScript::LockQueued, keys, &args[..5]),
+        [_] => match &stamp {
+            Some(stamp) => {
+                args[5] = stamp.as_bytes();
+                lock_script(scripts, NodeScript::LockQueued, keys, &args)
+            }
+            None => lock_script(scripts, NodeScript::LockQueued, keys, &args[..5]),
+        },
         _ => lock_script(scripts, NodeScript::LockQueuedMany, keys, &args),
     }
 }
