@@ -195,7 +195,7 @@ impl Coordinator {
                     token: None,
                     ..in_line
                 });
-                Ok(self.lease_won(lease, in_flight, waiter, &answers))
+                Ok(self.lease_won(lease, in_flight, waiter, &answers, heard))
             }
             Err(error) => {
                 // Requests not yet sent are not sent at all; the rollback covers the rest.

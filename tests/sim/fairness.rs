@@ -367,6 +367,17 @@ async fn each_release_is_granted_at_once_to_the_next_in_line() {
         .collect();
     assert_eq!(grants(&cluster), vec![tokens; 5]);
     assert_eq!(reservations(&cluster), vec![Vec::<String>::new(); 5]);
+    // Each held on the first three grants, and heard the other two after: every node took
+    // it out of line when it granted, so none was asked to.
+    let leaves = cluster
+        .log()
+        .iter()
+        .filter(|(_, record)| record.op == Op::LeaveQueue)
+        .count();
+    assert_eq!(
+        leaves, 0,
+        "a winner left a line its grant had taken it out of"
+    );
 }
 
 /// With releases that reserve (the protocol before the direct grant), each release is
@@ -429,6 +440,33 @@ async fn with_reservations_the_releaser_cannot_barge_in_ahead_of_the_line() {
         vec![vec![in_line.as_str().to_owned()]; 3]
     );
     guard.release().await.unwrap();
+}
+
+/// A winner of the direct grant that released before a slow node's release of the holder
+/// before it reached that node: the late release grants the key to the winner's place,
+/// which the winner, still hearing its grants, gives back at once rather than leaving the
+/// key to its TTL.
+#[tokio::test(start_paused = true)]
+async fn a_grant_that_reaches_a_node_after_the_winner_released_is_given_back() {
+    let (cluster, _holder, held) = holding_resource(3, patient()).await;
+    let waiter = spawn_waiter(&client(&cluster, "waiter", patient()));
+    wait_in_line(&cluster, "waiter").await;
+
+    // The holder's release reaches node 2 30 ms late; the waiter's requests do not wait.
+    cluster.node(2).set_request_delay(Duration::from_millis(30));
+    held.release().await.unwrap();
+    cluster.node(2).set_request_delay(Duration::ZERO);
+    let (_, guard) = waiter.await.unwrap();
+    assert_eq!(holding(&cluster, &guard), 2, "held on the first two nodes");
+    let token = guard.token().clone();
+    guard.release().await.unwrap();
+
+    // Node 2 then grants the key to the waiter's place, after the waiter's release.
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let granted_late = grants(&cluster)[2].contains(&token);
+    assert!(granted_late, "node 2's late release granted nothing");
+    settle().await;
+    assert_eq!(cluster.holders(RESOURCE), [None, None, None]);
 }
 
 #[tokio::test(start_paused = true)]

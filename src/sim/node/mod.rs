@@ -27,9 +27,10 @@ use crate::token::LockToken;
 /// queue and its reservations, the fencing counters, and the `EVALSHA` / `NOSCRIPT` /
 /// `SCRIPT LOAD` exchange behave as on Redis, and
 /// [`Redlock::from_nodes`](crate::Redlock::from_nodes) runs on it unchanged, on one node
-/// or several. Release
-/// announcements are not delivered (nobody subscribes): waiters claim reservations and
-/// retry on their retry delay.
+/// or several. Release announcements are delivered once
+/// [`announce_releases`](Self::announce_releases) turns them on (after the node's reply
+/// delay, as a pub/sub connection delivers them); off, waiters learn what a release did
+/// from their next attempt, on their retry delay.
 ///
 /// # Time
 ///
