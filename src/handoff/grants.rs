@@ -1,10 +1,10 @@
 //! [`Grants`]: how a waiter of the direct grant asks the nodes, and hears of the keys they
 //! grant it (docs/safety.md, "The direct grant").
 //!
-//! A release hands the key to the first waiter in line outright, setting it to the
-//! waiter's token; the waiter holds once the nodes that took its keys in its refresh round
-//! and the nodes whose grants it heard of make a quorum, without a round of its own to
-//! claim them. It counts a node's grant only when the grant was made on the place this
+//! A release hands the key to the first waiter in line outright, setting it to the token
+//! of the waiter's refresh that wrote its place there; the waiter holds once the nodes that
+//! took its keys in its refresh round and the nodes whose grants it heard of make a quorum,
+//! without a round of its own to claim them. It counts a node's grant only when the grant was made on the place this
 //! refresh wrote (the announcement carries the refresh's stamp), so that the validity it
 //! counts from the refresh's sending holds on that node: the node's script ran after the
 //! refresh arrived, and set the key's TTL then.
@@ -17,12 +17,13 @@ use tokio::time::Instant;
 use super::watches::ReleaseWatches;
 use crate::token::LockToken;
 
-/// One refresh of a direct-grant waiter's place: the acquisition's token, which every
-/// refresh asks the nodes for and a grant sets the key to, the refresh's stamp, and the
-/// announcements it hears its grants on.
+/// One refresh of a direct-grant waiter's place: its token, which its place records and a
+/// grant sets the key to, its stamp, and the announcements it hears its grants on.
 #[derive(Clone)]
 pub(crate) struct Grants {
-    /// The acquisition's token, the same across its refreshes.
+    /// The refresh's token, new on every refresh as on every attempt: a late rollback of
+    /// an earlier refresh deletes only a key in that refresh's token (a grant to an earlier
+    /// place is taken by the next refresh in its own token).
     pub(crate) token: LockToken,
     /// This refresh's stamp: raised with every refresh, recorded in the place it writes.
     pub(crate) stamp: u64,

@@ -11,13 +11,11 @@
 //! [`QueuePlace`]: crate::node::QueuePlace
 
 mod grants;
-mod in_line;
 mod shared;
 mod turns;
 mod waiter;
 mod watches;
 
 pub(crate) use self::grants::{Grants, Heard};
-pub(crate) use self::in_line::InLine;
 pub(crate) use self::shared::HandOff;
 pub(crate) use self::waiter::{waiter_interest, Asking, Next, TurnTimedOut, Waiter};

@@ -5,7 +5,6 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::OnceCell;
 
-use super::in_line::InLine;
 use super::turns::LocalQueues;
 use super::watches::ReleaseWatches;
 use crate::config::micros;
@@ -86,16 +85,13 @@ impl HandOff {
         }
     }
 
-    /// Takes the waiter `in_line` out of the queue of `keys` on every node, each request
-    /// bounded by `timeout`; a reservation it had, or a grant, goes to the next in line.
-    pub(crate) async fn leave_queues(&self, keys: &Keys, in_line: &InLine, timeout: Duration) {
+    /// Takes `waiter` out of the queue of `keys` on every node, each request bounded by
+    /// `timeout`; a reservation it had, or a key granted to it, goes to the next in line.
+    pub(crate) async fn leave_queues(&self, keys: &Keys, waiter: &LockToken, timeout: Duration) {
         let in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |node| {
             let keys = keys.clone();
-            let in_line = in_line.clone();
-            async move {
-                node.leave_queue(&keys, &in_line.waiter, in_line.token.as_ref())
-                    .await
-            }
+            let waiter = waiter.clone();
+            async move { node.leave_queue(&keys, &waiter).await }
         });
         in_flight.finish().await;
     }
@@ -104,9 +100,9 @@ impl HandOff {
     pub(super) fn leave_queues_in_background(
         self: Arc<Self>,
         keys: Keys,
-        in_line: InLine,
+        waiter: LockToken,
         timeout: Duration,
     ) {
-        spawn_detached(async move { self.leave_queues(&keys, &in_line, timeout).await });
+        spawn_detached(async move { self.leave_queues(&keys, &waiter, timeout).await });
     }
 }

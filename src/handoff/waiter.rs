@@ -9,7 +9,6 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::grants::Grants;
-use super::in_line::InLine;
 use super::shared::HandOff;
 use super::turns::{LocalQueues, LocalTurn};
 use super::watches::ReleaseWatches;
@@ -38,13 +37,10 @@ pub(crate) enum Asking {
 }
 
 impl Asking {
-    /// The waiter as the nodes' queues know it, when it asks in its place.
-    pub(crate) fn in_line(&self) -> Option<InLine> {
+    /// The waiter's id in the nodes' queues, when it asks in its place.
+    pub(crate) fn waiter(&self) -> Option<LockToken> {
         match self {
-            Asking::Queued(place, grants) => Some(InLine {
-                waiter: place.waiter.clone(),
-                token: grants.as_ref().map(|grants| grants.token.clone()),
-            }),
+            Asking::Queued(place, _) => Some(place.waiter.clone()),
             Asking::Plain | Asking::Watching(_) => None,
         }
     }
@@ -93,9 +89,9 @@ pub(crate) struct Waiter {
     place: Option<Arc<QueuePlace>>,
     /// Set once it joined the line: the place to give back.
     queued: Option<PlaceInLine>,
-    /// The acquisition's token, when it takes grants (see [`Grants`]): a fair waiter for
-    /// one key with [`LockConfig::direct_grant`] on.
-    grant_token: Option<LockToken>,
+    /// Whether it takes grants (see [`Grants`]): a fair waiter for one key with
+    /// [`LockConfig::direct_grant`] on.
+    takes_grants: bool,
     /// The stamp of its last refresh.
     stamp: u64,
     /// Announcements of the keys reserved for this waiter (fair).
@@ -143,7 +139,7 @@ impl Waiter {
             turn,
             place: None,
             queued: None,
-            grant_token: takes_grants.then(LockToken::generate),
+            takes_grants,
             stamp: 0,
             reservations: None,
             releases: None,
@@ -166,15 +162,19 @@ impl Waiter {
         }
         match (&self.queued, &self.place, &self.releases) {
             (Some(_), Some(place), _) => {
-                let grants = self.grant_token.as_ref().map(|token| {
+                // Each refresh asks in a token of its own, as any attempt does: a rollback
+                // of an earlier refresh, however late it lands, cannot delete the key a
+                // later one counts (the nodes take a grant to an earlier place as the new
+                // refresh's, in its token).
+                let grants = self.takes_grants.then(|| {
                     self.stamp += 1;
-                    // From its first refresh on, the nodes may grant it the key: leaving the
-                    // lines then gives back a grant in its token.
-                    if let Some(queued) = &mut self.queued {
-                        queued.takes_grants(token);
-                    }
                     let announced = self.reservations.clone();
-                    Arc::new(Grants::new(token.clone(), self.stamp, announced, wait))
+                    Arc::new(Grants::new(
+                        LockToken::generate(),
+                        self.stamp,
+                        announced,
+                        wait,
+                    ))
                 });
                 Asking::Queued(Arc::clone(place), grants)
             }
@@ -265,10 +265,7 @@ impl Waiter {
         let place = self
             .place
             .get_or_insert_with(|| Arc::new(self.hand_off.queue_place(self.began, self.interest)));
-        let in_line = InLine {
-            waiter: place.waiter.clone(),
-            token: None,
-        };
+        let waiter = place.waiter.clone();
         self.reservations = self
             .hand_off
             .reservation_watches(self.notify_releases)
@@ -277,7 +274,7 @@ impl Waiter {
             armed: Some((
                 Arc::clone(&self.hand_off),
                 self.keys.clone(),
-                in_line,
+                waiter,
                 self.node_timeout,
             )),
         });
@@ -322,18 +319,10 @@ pub(crate) fn waiter_interest(config: &LockConfig) -> Duration {
 /// dropped) gives its place back at once, instead of leaving it to lapse while the line
 /// waits for it.
 struct PlaceInLine {
-    armed: Option<(Arc<HandOff>, Keys, InLine, Duration)>,
+    armed: Option<(Arc<HandOff>, Keys, LockToken, Duration)>,
 }
 
 impl PlaceInLine {
-    /// Notes that the nodes may grant the waiter the key in `token` (it sent a refresh
-    /// that takes grants), so that leaving gives such a grant back.
-    fn takes_grants(&mut self, token: &LockToken) {
-        if let Some((_, _, in_line, _)) = &mut self.armed {
-            in_line.token.get_or_insert_with(|| token.clone());
-        }
-    }
-
     /// Called once the acquisition won: its winning attempt took care of the queues.
     fn disarm(&mut self) {
         self.armed = None;
@@ -341,8 +330,8 @@ impl PlaceInLine {
 
     /// Leaves the queues now (in the background only if this future is dropped meanwhile).
     async fn leave_now(&mut self) {
-        if let Some((hand_off, keys, in_line, timeout)) = &self.armed {
-            hand_off.leave_queues(keys, in_line, *timeout).await;
+        if let Some((hand_off, keys, waiter, timeout)) = &self.armed {
+            hand_off.leave_queues(keys, waiter, *timeout).await;
         }
         self.disarm();
     }
@@ -350,8 +339,8 @@ impl PlaceInLine {
 
 impl Drop for PlaceInLine {
     fn drop(&mut self) {
-        if let Some((hand_off, keys, in_line, timeout)) = self.armed.take() {
-            hand_off.leave_queues_in_background(keys, in_line, timeout);
+        if let Some((hand_off, keys, waiter, timeout)) = self.armed.take() {
+            hand_off.leave_queues_in_background(keys, waiter, timeout);
         }
     }
 }

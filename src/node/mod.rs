@@ -269,19 +269,13 @@ impl<'n> dyn LockNode + 'n {
         self.or_plain_lock(request, (keys, token, ttl))
     }
 
-    /// [`NodeRequest::LeaveQueue`]; nothing to do on a node without a queue. With the
-    /// waiter's `token`, a key granted to it is handed on too.
+    /// [`NodeRequest::LeaveQueue`]; nothing to do on a node without a queue.
     pub fn leave_queue<'a>(
         &'a self,
         keys: &'a [Arc<str>],
         waiter: &'a LockToken,
-        token: Option<&'a LockToken>,
     ) -> impl Future<Output = Result<(), NodeError>> + Send + Unpin + 'a {
-        let request = NodeRequest::LeaveQueue {
-            keys,
-            waiter,
-            token,
-        };
+        let request = NodeRequest::LeaveQueue { keys, waiter };
         self.call(request).map(move |reply| match reply? {
             NodeReply::Done(_) | NodeReply::Unsupported => Ok(()),
             other => Err(unexpected(request.what(), &other)),

@@ -126,8 +126,6 @@ pub enum NodeRequest<'a> {
         keys: &'a [Arc<str>],
         /// The waiter leaving ([`QueuePlace::waiter`]).
         waiter: &'a LockToken,
-        /// A direct-grant waiter's token: a key granted to it is handed on as well.
-        token: Option<&'a LockToken>,
     },
     /// Starts watching releases of `key` on this node, so that a waiter can retry as soon
     /// as the lock is free instead of sleeping out its retry delay: a

@@ -218,10 +218,11 @@ const LOCK_WATCHING: &str = lua!("holders.lua", "lock_watching.lua");
 /// keys go through [`LOCK_QUEUED_MANY`].)
 ///
 /// A waiter of the direct grant also sends its refresh's stamp: its place then records its
-/// grant terms (token, TTL, stamp) for a release to grant it the key (`pass_on.lua`), and
-/// a key already in its token (granted to an earlier place) is taken as this refresh's
-/// grant, its TTL restarted: the refresh was sent before it arrived, so the refresh's
-/// validity covers the key (docs/safety.md, "The direct grant").
+/// grant terms (the refresh's token, TTL, stamp) for a release to grant it the key
+/// (`pass_on.lua`, which records the granted token as the waiter's), and a key granted to
+/// the waiter's earlier place is taken as this refresh's grant, set to this refresh's token
+/// with a fresh TTL: the refresh was sent before it arrived, so the refresh's validity
+/// covers the key (docs/safety.md, "The direct grant").
 ///
 /// KEYS: the lock key, then its queue and deadlines. ARGV: token, TTL in ms,
 /// waiter id, ticket, place lifetime in ms, and the stamp (a direct-grant waiter's).
@@ -245,9 +246,10 @@ const LOCK_QUEUED_MANY: &str = lua!(
     "lock_queued_many.lua"
 );
 
-/// Deletes each key that still holds our token, and hands each to the next waiter in its
-/// own queue, if any: granted to a direct-grant waiter (set to its token, unless a shared
-/// holder is live beside the key), reserved for any other. A release is announced (none when `ARGV[2]` is empty) only when
+/// Deletes each key that still holds our token (forgetting its record as granted, if it
+/// was), and hands each to the next waiter in its own queue, if any: granted to a
+/// direct-grant waiter (set to its refresh's token, unless a shared holder is live beside
+/// the key), reserved for any other. A release is announced (none when `ARGV[2]` is empty) only when
 /// somebody waits: a hand-off on the waiter's client channel, else on the channel
 /// `ARGV[2] .. key` while the key's watch marker exists. The common, uncontended release
 /// costs three commands: `GET`, `DEL`, and one `EXISTS` of the queue and the marker.
@@ -259,12 +261,11 @@ const LOCK_QUEUED_MANY: &str = lua!(
 const UNLOCK: &str = lua!("queue.lua", "holders.lua", "pass_on.lua", "unlock.lua");
 
 /// Removes a waiter from the queue of each key; a key reserved for it, or granted to it
-/// (in its token, when given), goes to the next in that key's line. A waiter for several
+/// (recorded as granted to it), goes to the next in that key's line. A waiter for several
 /// keys may be queued under any of them, and on each node under another one.
 ///
 /// KEYS: as for [`UNLOCK`]: the lock keys, each one's queue and deadlines, each one's
-/// watch marker. ARGV: waiter id, channel prefix, and the waiter's token (a direct-grant
-/// waiter's).
+/// watch marker. ARGV: waiter id, channel prefix.
 const LEAVE_QUEUE: &str = lua!("queue.lua", "holders.lua", "pass_on.lua", "leave_queue.lua");
 
 /// Sets every key's TTL, only if all still hold our token. PEXPIRE never creates a key, so
@@ -352,19 +353,19 @@ mod tests {
             ),
             (
                 NodeScript::LockQueued,
-                "e834aa76383dbabefbab7a539e5d4b26e3aa28f7",
+                "bb80a891d203802c814404fe130ae05eb6d2fa37",
             ),
             (
                 NodeScript::LockQueuedMany,
-                "6ffebbaf106131d96cdf7b2594e39167023c460f",
+                "a1b3cccbb4001fb5b1f84c7a7bebf656a35df2f5",
             ),
             (
                 NodeScript::Unlock,
-                "ecf9b2dc5ebf274814cb743a9477057a63cb5812",
+                "0879ac6aadd93a6e35f1b13d9af2d054ed382d9c",
             ),
             (
                 NodeScript::LeaveQueue,
-                "c8a81eeb8e36e1d71ca2e17accf6bd8e426feff0",
+                "00fe5d0cdf56ce8a4f803764ae7958b3cb1cb87d",
             ),
             (
                 NodeScript::Extend,

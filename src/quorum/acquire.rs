@@ -16,7 +16,7 @@ use crate::config::{micros, millis};
 use crate::error::{LockError, Tally};
 use crate::fan_out::spawn_detached;
 use crate::fencing;
-use crate::handoff::{Asking, Grants, Heard, InLine, Next, TurnTimedOut, Waiter};
+use crate::handoff::{Asking, Grants, Heard, Next, TurnTimedOut, Waiter};
 use crate::lease::Lease;
 use crate::metrics::Counters;
 use crate::observe;
@@ -84,15 +84,15 @@ impl Coordinator {
     ) -> Result<Arc<Lease>, LockError> {
         let resource = resources.name();
         let keys = resources.keys.clone();
-        // A waiter of the direct grant asks for the key in the acquisition's token, which
-        // its grants set it to; any other attempt draws a token of its own.
+        // A refresh of a waiter of the direct grant asks in the token its place records,
+        // which its grants set the key to; any other attempt draws a token of its own.
         let token = asking
             .grants()
             .map_or_else(LockToken::generate, |grants| grants.token.clone());
-        let waiter = asking.in_line();
+        let waiter = asking.waiter();
         // Its grants are heard of from before the refresh is sent.
         let mut heard = match (asking.grants(), &waiter) {
-            (Some(grants), Some(in_line)) => grants.listen(&in_line.waiter),
+            (Some(grants), Some(waiter)) => grants.listen(waiter),
             _ => None,
         };
         // If this future is dropped mid-round, the nodes that said yes are unlocked in the
@@ -138,7 +138,7 @@ impl Coordinator {
             if !tally.has_quorum() {
                 // Every node answered. Where all refused, nothing of this refresh is on the
                 // nodes but grants not heard of yet, which the waiter gives back when it
-                // leaves the lines in its token: dropped meanwhile (a cohort's pass won, a
+                // leaves the lines (the nodes know them as its): dropped meanwhile (a cohort's pass won, a
                 // deadline), the attempt leaves nothing to undo (and no request in flight
                 // that could queue the waiter after it left).
                 cleanup.unlock = answers
@@ -188,13 +188,6 @@ impl Coordinator {
                 let lease = Lease::new(counters, resources, token, tally, started, deadline)
                     .with_fencing_token(fencing_token)
                     .listed_beside(claim.and_then(Claim::listed_beside));
-                // It leaves the lines of the nodes that did not grant it the lock, keeping a
-                // grant that reaches it late: a key in its token is part of its lock, which
-                // its release deletes (after the leave, on the same connection).
-                let waiter = waiter.map(|in_line| InLine {
-                    token: None,
-                    ..in_line
-                });
                 Ok(self.lease_won(lease, in_flight, waiter, &answers, heard))
             }
             Err(error) => {
@@ -466,14 +459,14 @@ impl Coordinator {
         self: Arc<Self>,
         keys: Keys,
         token: LockToken,
-        waiter: Option<InLine>,
+        waiter: Option<LockToken>,
     ) {
         spawn_detached(async move {
             self.round(Command::Unlock, &keys, &token, Wait::ForEveryNode)
                 .await;
-            if let Some(in_line) = waiter {
+            if let Some(waiter) = waiter {
                 let timeout = self.config.node_timeout();
-                self.hand_off.leave_queues(&keys, &in_line, timeout).await;
+                self.hand_off.leave_queues(&keys, &waiter, timeout).await;
             }
         });
     }
@@ -482,10 +475,10 @@ impl Coordinator {
 /// Unlocks every node in the background unless disarmed: makes an acquisition round safe
 /// to cancel at any await point. Armed for the keys of a token, and for the queue places of
 /// a waiter, if any. Without `unlock` (a waiter of the direct grant refused by every node,
-/// waiting for grants) there is nothing to undo: the waiter leaves the lines in its token
+/// waiting for grants) there is nothing to undo: the waiter leaves the lines
 /// when its acquisition ends, however it ends, which gives back a grant made meanwhile.
 struct UnlockOnDrop {
-    armed: Option<(Arc<Coordinator>, Keys, LockToken, Option<InLine>)>,
+    armed: Option<(Arc<Coordinator>, Keys, LockToken, Option<LockToken>)>,
     unlock: bool,
 }
 

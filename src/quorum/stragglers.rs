@@ -10,8 +10,9 @@ use tokio::time::Instant;
 use super::votes::{Answer, InFlight};
 use super::Coordinator;
 use crate::fan_out::spawn_detached;
-use crate::handoff::{Heard, InLine};
+use crate::handoff::Heard;
 use crate::lease::Lease;
+use crate::token::LockToken;
 
 impl Coordinator {
     /// The lease of a won round, with what the round left in flight taken care of.
@@ -28,7 +29,7 @@ impl Coordinator {
         self: &Arc<Self>,
         lease: Lease,
         mut in_flight: InFlight,
-        waiter: Option<InLine>,
+        waiter: Option<LockToken>,
         answers: &[Option<Answer>],
         heard: Option<Heard>,
     ) -> Arc<Lease> {
@@ -107,13 +108,9 @@ impl Coordinator {
             let node = Arc::clone(&self.nodes[index]);
             let keys = lease.keys.clone();
             let waiter = waiter.clone();
-            // Once the keys were given up, a grant the node makes this waiter from now on
-            // is given back too (in its token); while it holds them, such a grant is part
-            // of its lock, which its release deletes.
-            let token = lease.keys_given_up().then(|| lease.token.clone());
             async move {
-                if let Some(InLine { waiter, .. }) = waiter {
-                    let leave = node.leave_queue(&keys, &waiter, token.as_ref());
+                if let Some(waiter) = waiter {
+                    let leave = node.leave_queue(&keys, &waiter);
                     let _ = tokio::time::timeout(timeout, leave).await;
                 }
             }
@@ -172,7 +169,7 @@ pub(super) struct Stragglers {
     lease: Arc<Lease>,
     /// The winner as the queues know it, when it won as a queued waiter: it leaves the
     /// lines of the nodes that did not grant it the lock.
-    waiter: Option<InLine>,
+    waiter: Option<LockToken>,
     /// The nodes that answered the round without granting the lock.
     refused_by: Vec<usize>,
     /// A winner of the direct grant: the grants of its winning refresh, heard of from

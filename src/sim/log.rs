@@ -292,11 +292,7 @@ impl Op {
                 };
                 (op, keys, Some(token), Some(&place.waiter))
             }
-            NodeRequest::LeaveQueue {
-                keys,
-                waiter,
-                token,
-            } => (Op::LeaveQueue, keys, token, Some(waiter)),
+            NodeRequest::LeaveQueue { keys, waiter } => (Op::LeaveQueue, keys, None, Some(waiter)),
             NodeRequest::LockShared {
                 keys, token, ttl, ..
             } => (Op::LockShared { ttl }, keys, Some(token), None),

@@ -273,12 +273,15 @@ pub fn no_overlap(trace: &Trace) -> Verdict {
 pub fn token_conditional_writes(trace: &Trace) -> Verdict {
     // Which client minted each token, in which round.
     let mut minted: BTreeMap<&str, (&str, Instant)> = BTreeMap::new();
-    // The tokens waiters of the direct grant queued with, and when they first did: a
-    // release may grant a key only to one of these, queued before.
-    let mut queued: BTreeMap<&str, Instant> = BTreeMap::new();
+    // The tokens refreshes of waiters of the direct grant queued with, by whom and when they
+    // first did: a release may grant a key only to one of these, queued before.
+    let mut queued: BTreeMap<&str, (&str, Instant)> = BTreeMap::new();
     for (_, record) in &trace.log {
         if let (Some(_), Some(token)) = (stamp_of(&record.op), &record.token) {
-            queued.entry(token.as_str()).or_insert(record.sent_at);
+            let client = record.client.as_deref().unwrap_or("");
+            queued
+                .entry(token.as_str())
+                .or_insert((client, record.sent_at));
         }
     }
     for (_, record) in &trace.log {
@@ -343,7 +346,7 @@ pub fn token_conditional_writes(trace: &Trace) -> Verdict {
 fn conditional_change(
     record: &OpRecord,
     applied: &quorumlock::sim::Applied,
-    queued: &BTreeMap<&str, Instant>,
+    queued: &BTreeMap<&str, (&str, Instant)>,
 ) -> Verdict {
     let token = record.token.as_ref().map(LockToken::as_str);
     let waiter = record.waiter.as_ref().map(LockToken::as_str);
@@ -362,7 +365,16 @@ fn conditional_change(
             stored.reserved_for().is_some()
                 || queued
                     .get(stored.token.as_str())
-                    .is_some_and(|&at| at <= applied.at)
+                    .is_some_and(|&(_, at)| at <= applied.at)
+        })
+    };
+    // A key granted to one of this client's earlier refreshes (its token queued by it).
+    let granted_to_us = |stored: &Option<Stored>| {
+        let client = record.client.as_deref().unwrap_or("");
+        stored.as_ref().is_some_and(|stored| {
+            queued
+                .get(stored.token.as_str())
+                .is_some_and(|&(by, _)| by == client)
         })
     };
     let refresh = stamp_of(&record.op).is_some();
@@ -377,13 +389,14 @@ fn conditional_change(
                 }
             }
             Op::LeaveQueue => {
-                after == before || ((reserved_for_us(before) || ours(before)) && handed_on(after))
+                after == before
+                    || ((reserved_for_us(before) || granted_to_us(before)) && handed_on(after))
             }
             op if op.is_lock() => {
                 after == before
                     || before.is_none()
                     || reserved_for_us(before)
-                    || (refresh && ours(before) && ours(after))
+                    || (refresh && granted_to_us(before) && ours(after))
             }
             _ => true,
         };

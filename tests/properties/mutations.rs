@@ -68,15 +68,15 @@ const MUTATIONS: &[(&str, &[Patch])] = &[
         }],
     ),
     // The direct grant: a refresh that finds the key granted to an earlier place of its
-    // waiter says yes but keeps the grant's older TTL, which the waiter's validity, counted
-    // from the refresh, outlasts (the model check's `KeepsEarlierGrants`). Caught by
-    // `fair_queue_never_has_two_holders`.
+    // waiter takes it in its own token but keeps the grant's older TTL, which the waiter's
+    // validity, counted from the refresh, outlasts (the model check's `KeepsEarlierGrants`).
+    // Caught by `fair_queue_never_has_two_holders`.
     (
         "grant-keeps-the-earlier-ttl",
         &[Patch {
             script: NodeScript::LockQueued,
-            from: "        for i = 1, n do\n            redis.call(\"PEXPIRE\", KEYS[i], ARGV[2])\n        end\n",
-            to: "",
+            from: r#"redis.call("SET", KEYS[i], ARGV[1], "PX", tonumber(ARGV[2]))"#,
+            to: r#"redis.call("SET", KEYS[i], ARGV[1], "PX", redis.call("PTTL", KEYS[i]))"#,
         }],
     ),
     // The direct grant: a release grants the key for half the waiter's TTL, so that the
@@ -98,7 +98,7 @@ const MUTATIONS: &[(&str, &[Patch])] = &[
         "leave-keeps-a-grant",
         &[Patch {
             script: NodeScript::LeaveQueue,
-            from: "if value == mine or (token and value == token) then",
+            from: "if value == mine or granted then",
             to: "if value == mine then",
         }],
     ),

@@ -4,18 +4,22 @@ local waiter = ARGV[3]
 local mine = RESERVED .. waiter
 local stamp = ARGV[6]
 if stamp then
-    -- Granted to an earlier place of this waiter (after the refresh that wrote it): taken
-    -- as this refresh's grant, its TTL restarted now, after this request was sent.
+    -- Granted to an earlier place of this waiter (in that refresh's token, after it was
+    -- sent): taken as this refresh's, set to this refresh's token with a fresh TTL, after
+    -- this request was sent. A rollback of the earlier refresh, however late it lands,
+    -- deletes only a key in the earlier token.
     local granted = true
     for i = 1, n do
-        if redis.call("GET", KEYS[i]) ~= ARGV[1] then
+        local value = redis.call("GET", KEYS[i])
+        if not value or redis.call("HGET", deadlines, GRANTED .. value) ~= waiter then
             granted = false
             break
         end
     end
     if granted then
         for i = 1, n do
-            redis.call("PEXPIRE", KEYS[i], ARGV[2])
+            redis.call("HDEL", deadlines, GRANTED .. redis.call("GET", KEYS[i]))
+            redis.call("SET", KEYS[i], ARGV[1], "PX", tonumber(ARGV[2]))
         end
         redis.call("ZREM", queue, waiter)
         redis.call("HDEL", deadlines, waiter, GRANT .. waiter)

@@ -3,8 +3,8 @@
 -- nobody is in line, "" on `channel .. key` (free for anybody) if the `watched` marker asks
 -- for it. No announcement when `channel` is empty. Lapsed places met on the way are removed.
 -- A place with grant terms (a waiter of the direct grant) is granted the key: set to the
--- waiter's token with its TTL, announced as "<waiter> <stamp>", the stamp of the refresh
--- that wrote the place. Any other place, or one beside a live shared holder, is reserved
+-- token of the refresh that wrote the place, with its TTL, recorded as granted to the waiter,
+-- and announced as "<waiter> <stamp>", that refresh's stamp. Any other place, or one beside a live shared holder, is reserved
 -- the key (`RESERVED .. waiter`) until the place would lapse, announced as "<waiter>".
 local function pass_on(key, queue, deadlines, watched, channel)
     local next_waiter, stamp = "", nil
@@ -26,6 +26,7 @@ local function pass_on(key, queue, deadlines, watched, channel)
                 end
                 if token and not held_shared(key) then
                     redis.call("SET", key, token, "PX", ttl)
+                    redis.call("HSET", deadlines, GRANTED .. token, head)
                     stamp = granted
                 else
                     redis.call("SET", key, RESERVED .. head, "PX", lapses - now)

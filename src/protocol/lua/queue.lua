@@ -2,6 +2,10 @@ local RESERVED = "quorumlock:reserved:"
 -- A place's grant terms in the line's deadlines hash, beside its lapse: "<token> <ttl> <stamp>",
 -- written by a client of the direct grant (older scripts neither read nor write the field).
 local GRANT = "grant:"
+-- A granted key's record in the same hash, "granted:<token>" naming the waiter it was granted
+-- to: its next refresh takes the key as its own, its leave gives it back, the key's release
+-- forgets it.
+local GRANTED = "granted:"
 
 local function now_ms()
     local time = redis.call("TIME")

@@ -4,9 +4,10 @@ for i = 1, n do
     local key = KEYS[i]
     if redis.call("GET", key) == ARGV[1] then
         redis.call("DEL", key)
-        local queue, watched = KEYS[n + 2 * i - 1], KEYS[3 * n + i]
-        if redis.call("EXISTS", queue, watched) > 0 then
-            pass_on(key, queue, KEYS[n + 2 * i], watched, ARGV[2])
+        local queue, deadlines, watched = KEYS[n + 2 * i - 1], KEYS[n + 2 * i], KEYS[3 * n + i]
+        if redis.call("EXISTS", queue, watched, deadlines) > 0 then
+            redis.call("HDEL", deadlines, GRANTED .. ARGV[1])
+            pass_on(key, queue, deadlines, watched, ARGV[2])
         end
     else
         all = 0

@@ -177,14 +177,9 @@ pub(crate) fn wire_announcing<'a>(
             place,
             stamp,
         } => lock_queued(scripts, keys, token, ttl, place, stamp, channel)?,
-        NodeRequest::LeaveQueue {
-            keys,
-            waiter,
-            token,
-        } => {
+        NodeRequest::LeaveQueue { keys, waiter } => {
             // A waiter for several keys may be queued under any of them.
-            let mut args = vec![waiter.as_bytes(), channel.as_bytes()];
-            args.extend(token.map(LockToken::as_bytes));
+            let args = [waiter.as_bytes(), channel.as_bytes()];
             repeatable(NodeScript::LeaveQueue, keys, &args, Read::Done)?
         }
         NodeRequest::WatchReleases { key } if announce => Wire::WatchReleases(key),
