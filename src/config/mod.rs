@@ -253,6 +253,10 @@ impl LockConfig {
     /// reserves the lock for the waiter, which claims it in a round: the protocol of
     /// earlier versions, which clients of both speak to each other safely. Locks over
     /// several resources always reserve.
+    ///
+    /// The price of the grant: a waiter whose process dies while it waits in line, and is
+    /// then granted the lock, holds it until its TTL runs out, as a holder that dies does;
+    /// a reservation lapses with the waiter's place, in under a second by default.
     pub fn direct_grant(&self) -> bool {
         self.direct_grant
     }
