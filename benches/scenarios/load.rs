@@ -29,6 +29,12 @@ pub async fn run_one(
     let window = options.window(scenario.window);
     let prefix = format!("{}:{}:{rep}", scenario.id, contender.label());
     let cpu: Option<Duration>;
+    let mut server_cpu: Option<Duration> = None;
+    let server_pids: Vec<u32> = cluster
+        .nodes()
+        .iter()
+        .filter_map(|node| node.pid())
+        .collect();
     let mut run = match scenario.load {
         Load::Cycles { tasks } => {
             let client = Arc::new(Client::connect(contender, urls, &config).await);
@@ -90,6 +96,7 @@ pub async fn run_one(
                 .await
                 .expect("counter connection");
             let before: Vec<_> = clients.iter().filter_map(|c| c.metrics()).collect();
+            let servers_before = stats::processes_cpu(&server_pids);
             let cpu_before = stats::process_cpu();
             let mut run = run_contended(
                 clients.clone(),
@@ -102,6 +109,9 @@ pub async fn run_one(
             cpu = cpu_before
                 .zip(stats::process_cpu())
                 .map(|(a, b)| b.saturating_sub(a));
+            server_cpu = servers_before
+                .zip(stats::processes_cpu(&server_pids))
+                .map(|(a, b)| b.saturating_sub(a));
             let after: Vec<_> = clients.iter().filter_map(|c| c.metrics()).collect();
             run.rounds_per_acquire = rounds_per_acquire(before, after);
             let distinct = if shared { &clients[..1] } else { &clients[..] };
@@ -112,6 +122,9 @@ pub async fn run_one(
     // The process's CPU time comes in 10 ms ticks: below 100 ms it says little.
     if run.ops > 0 {
         run.cpu_us_per_op = cpu
+            .filter(|cpu| *cpu >= Duration::from_millis(100))
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / run.ops as f64);
+        run.server_cpu_us_per_op = server_cpu
             .filter(|cpu| *cpu >= Duration::from_millis(100))
             .map(|cpu| cpu.as_secs_f64() * 1e6 / run.ops as f64);
     }
@@ -372,6 +385,7 @@ async fn collect(
         per_task: (u64::MAX, 0),
         rounds_per_acquire: None,
         cpu_us_per_op: None,
+        server_cpu_us_per_op: None,
         keys_left: None,
     };
     for handle in handles {

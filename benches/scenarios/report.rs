@@ -134,6 +134,13 @@ impl Report<'_> {
                         notes.push(format!("{rounds:.2} rounds per acquisition"));
                     }
                 }
+                if let Some(server) = stats::median(runs.iter().map(|run| run.server_cpu_us_per_op))
+                {
+                    let total = summary.cpu_us_per_op.map_or(String::new(), |client| {
+                        format!(", {} with the client's", fmt_us(Some(client + server)))
+                    });
+                    notes.push(format!("servers' CPU/op {}{total}", fmt_us(Some(server))));
+                }
                 if summary.errors > 0 {
                     notes.push(format!("{} errors", summary.errors));
                 }

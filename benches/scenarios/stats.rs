@@ -41,6 +41,10 @@ pub struct Run {
     pub rounds_per_acquire: Option<f64>,
     /// CPU time of the whole client process (user + system) per completed operation, µs.
     pub cpu_us_per_op: Option<f64>,
+    /// CPU time of the nodes' redis-servers together per completed operation, µs: on a
+    /// machine whose cores the servers share with the clients, client and server CPU
+    /// together bound the rate.
+    pub server_cpu_us_per_op: Option<f64>,
     /// quorumlock only: whether the run's lock keys went from the nodes, but for those
     /// the library said it may have left (see `load::keys_left`).
     pub keys_left: Option<Result<String, String>>,
@@ -229,7 +233,18 @@ pub fn thousands(n: u64) -> String {
 /// CPU time used by this process so far (user + system), from `/proc/self/stat`; `None`
 /// where that file does not exist.
 pub fn process_cpu() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_of("self")
+}
+
+/// CPU time used so far by the processes `pids` together (the nodes' redis-servers);
+/// `None` when one of them cannot be read.
+pub fn processes_cpu(pids: &[u32]) -> Option<Duration> {
+    pids.iter().map(|pid| cpu_of(&pid.to_string())).sum()
+}
+
+/// User + system CPU time of process `pid` (a number or "self") from `/proc/<pid>/stat`.
+fn cpu_of(pid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which is in parentheses and may hold spaces).
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
