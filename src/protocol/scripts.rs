@@ -353,19 +353,19 @@ mod tests {
             ),
             (
                 NodeScript::LockQueued,
-                "bb80a891d203802c814404fe130ae05eb6d2fa37",
+                "3db897c9849cb8372f5027e52ce0b40bb9bfd58b",
             ),
             (
                 NodeScript::LockQueuedMany,
-                "a1b3cccbb4001fb5b1f84c7a7bebf656a35df2f5",
+                "c16d30b0c960dafd43eda0888a0a316e1f239948",
             ),
             (
                 NodeScript::Unlock,
-                "0879ac6aadd93a6e35f1b13d9af2d054ed382d9c",
+                "bfe237d22504a87c57b9f8fdfad73ac90648760f",
             ),
             (
                 NodeScript::LeaveQueue,
-                "00fe5d0cdf56ce8a4f803764ae7958b3cb1cb87d",
+                "2464399307533bf32cd85fe7dcdbbd6fb5ac7bd4",
             ),
             (
                 NodeScript::Extend,

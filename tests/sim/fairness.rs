@@ -738,6 +738,49 @@ async fn a_dead_waiter_granted_the_lock_holds_it_until_its_ttl() {
     guard.release().await.unwrap();
 }
 
+/// A node records a grant (`granted:<token>` in the line's deadlines) for as long as the
+/// granted key may be in the waiter's token: the waiter's next refresh and its leave look
+/// it up there. The record neither goes before the key (a line of places that lapse sooner
+/// than the TTL) nor outlives the line for good (a grant made as the line emptied, once
+/// left in a hash without expiry).
+#[tokio::test(start_paused = true)]
+async fn a_grant_is_recorded_as_long_as_the_key_and_then_nothing_is_left() {
+    for behind in [false, true] {
+        let (cluster, _holder, held) = holding_resource(3, patient()).await;
+        // A waiter that dies in line, alone or with another dead one behind it, and is
+        // granted the lock: the release empties the line, or leaves a place in it that
+        // lapses long before the TTL.
+        let mut dead = Vec::new();
+        for name in ["dead", "dead-behind"]
+            .into_iter()
+            .take(1 + usize::from(behind))
+        {
+            let lock = client(&cluster, name, patient());
+            let mut acquire = task::spawn(async move { lock.acquire(RESOURCE).await });
+            pending_for(&mut acquire, DELAY + Duration::from_millis(1)).await;
+            assert!(in_line_everywhere(&cluster, name), "{name} never queued");
+            dead.push(acquire);
+        }
+        std::mem::forget(dead);
+        let dead_token = queued_tokens(&cluster, "dead").pop().unwrap();
+        held.release().await.unwrap();
+        assert_eq!(cluster.holders(RESOURCE), vec![Some(dead_token); 3]);
+        for node in cluster.nodes() {
+            let key = node.ttl(RESOURCE).expect("the granted key has a TTL");
+            let record = node.ttl(&deadlines(RESOURCE));
+            assert!(
+                record.is_some_and(|record| record >= key),
+                "one behind: {behind}; the grant's record lives {record:?}, the key {key:?}"
+            );
+        }
+        // Once the grant's TTL and the line's own time have run out, nothing is left.
+        tokio::time::sleep(2 * TTL + Duration::from_millis(1)).await;
+        for node in cluster.nodes() {
+            assert_eq!(node.keys(), Vec::<String>::new(), "one behind: {behind}");
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn unfair_waiters_never_queue() {
     let unfair = patient().to_builder().fair(false).build().unwrap();

@@ -3,6 +3,11 @@ local queue, deadlines = KEYS[n + 1], KEYS[n + 2]
 local waiter = ARGV[3]
 local mine = RESERVED .. waiter
 local stamp = ARGV[6]
+-- Each key's value, read once (false: no key).
+local values = {}
+for i = 1, n do
+    values[i] = redis.call("GET", KEYS[i])
+end
 if stamp then
     -- Granted to an earlier place of this waiter (in that refresh's token, after it was
     -- sent): taken as this refresh's, set to this refresh's token with a fresh TTL, after
@@ -10,15 +15,14 @@ if stamp then
     -- deletes only a key in the earlier token.
     local granted = true
     for i = 1, n do
-        local value = redis.call("GET", KEYS[i])
-        if not value or redis.call("HGET", deadlines, GRANTED .. value) ~= waiter then
+        if not values[i] or redis.call("HGET", deadlines, GRANTED .. values[i]) ~= waiter then
             granted = false
             break
         end
     end
     if granted then
         for i = 1, n do
-            redis.call("HDEL", deadlines, GRANTED .. redis.call("GET", KEYS[i]))
+            redis.call("HDEL", deadlines, GRANTED .. values[i])
             redis.call("SET", KEYS[i], ARGV[1], "PX", tonumber(ARGV[2]))
         end
         redis.call("ZREM", queue, waiter)
@@ -27,19 +31,17 @@ if stamp then
     end
 end
 for i = 1, n do
-    local value = redis.call("GET", KEYS[i])
+    local value = values[i]
     if (value and value ~= mine) or held_shared(KEYS[i]) then
         local lifetime = tonumber(ARGV[5])
         redis.call("ZADD", queue, ARGV[4], waiter)
-        redis.call("HSET", deadlines, waiter, now_ms() + lifetime)
         if stamp then
-            redis.call("HSET", deadlines, GRANT .. waiter, ARGV[1] .. " " .. ARGV[2] .. " " .. stamp)
+            redis.call("HSET", deadlines, waiter, now_ms() + lifetime,
+                GRANT .. waiter, ARGV[1] .. " " .. ARGV[2] .. " " .. stamp)
+        else
+            redis.call("HSET", deadlines, waiter, now_ms() + lifetime)
         end
-        for _, key in ipairs({queue, deadlines}) do
-            if redis.call("PTTL", key) < lifetime then
-                redis.call("PEXPIRE", key, lifetime)
-            end
-        end
+        keep_line(queue, deadlines, lifetime)
         return 0
     end
 end

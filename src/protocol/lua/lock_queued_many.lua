@@ -23,11 +23,7 @@ if blocked then
     local lifetime = tonumber(ARGV[5])
     redis.call("ZADD", queue, ARGV[4], waiter)
     redis.call("HSET", deadlines, waiter, now_ms() + lifetime)
-    for _, key in ipairs({queue, deadlines}) do
-        if redis.call("PTTL", key) < lifetime then
-            redis.call("PEXPIRE", key, lifetime)
-        end
-    end
+    keep_line(queue, deadlines, lifetime)
     for i = 1, n do
         if redis.call("GET", KEYS[i]) == mine then
             redis.call("DEL", KEYS[i])

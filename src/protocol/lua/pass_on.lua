@@ -8,32 +8,35 @@
 -- the key (`RESERVED .. waiter`) until the place would lapse, announced as "<waiter>".
 local function pass_on(key, queue, deadlines, watched, channel)
     local next_waiter, stamp = "", nil
-    if redis.call("EXISTS", queue) == 1 then
-        local now = now_ms()
-        for _ = 1, 100 do
-            local head = redis.call("ZRANGE", queue, 0, 0)[1]
-            if not head then
-                break
+    local now
+    for _ = 1, 100 do
+        local head = redis.call("ZRANGE", queue, 0, 0)[1]
+        if not head then
+            break
+        end
+        now = now or now_ms()
+        local lapses = tonumber(redis.call("HGET", deadlines, head))
+        local terms = redis.call("HGET", deadlines, GRANT .. head)
+        redis.call("ZREM", queue, head)
+        redis.call("HDEL", deadlines, head, GRANT .. head)
+        if lapses and lapses > now then
+            local token, ttl, granted
+            if terms then
+                token, ttl, granted = string.match(terms, "^(%S+) (%d+) (%d+)$")
             end
-            local lapses = tonumber(redis.call("HGET", deadlines, head))
-            local terms = redis.call("HGET", deadlines, GRANT .. head)
-            redis.call("ZREM", queue, head)
-            redis.call("HDEL", deadlines, head, GRANT .. head)
-            if lapses and lapses > now then
-                local token, ttl, granted
-                if terms then
-                    token, ttl, granted = string.match(terms, "^(%S+) (%d+) (%d+)$")
-                end
-                if token and not held_shared(key) then
-                    redis.call("SET", key, token, "PX", ttl)
-                    redis.call("HSET", deadlines, GRANTED .. token, head)
-                    stamp = granted
-                else
-                    redis.call("SET", key, RESERVED .. head, "PX", lapses - now)
-                end
-                next_waiter = head
-                break
+            if token and not held_shared(key) then
+                redis.call("SET", key, token, "PX", ttl)
+                redis.call("HSET", deadlines, GRANTED .. token, head)
+                -- The record lives as long as the grant: the waiter's next refresh or its
+                -- leave finds it while the key may be in its token, and it never outlives
+                -- the line's last use by more than twice that.
+                outlive(deadlines, tonumber(ttl))
+                stamp = granted
+            else
+                redis.call("SET", key, RESERVED .. head, "PX", lapses - now)
             end
+            next_waiter = head
+            break
         end
     end
     if channel == "" then

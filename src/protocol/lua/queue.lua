@@ -11,3 +11,18 @@ local function now_ms()
     local time = redis.call("TIME")
     return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
+
+-- Keeps `key` (a line's queue or deadlines) alive for at least `ms`: one with less left is
+-- given twice that, so that a busy line pays one PEXPIRE per `ms` rather than one per
+-- call. Its expiry only ever rises.
+local function outlive(key, ms)
+    if redis.call("PTTL", key) < ms then
+        redis.call("PEXPIRE", key, 2 * ms)
+    end
+end
+
+-- Keeps a line alive for at least `lifetime` ms, the life of a place just written.
+local function keep_line(queue, deadlines, lifetime)
+    outlive(queue, lifetime)
+    outlive(deadlines, lifetime)
+end
