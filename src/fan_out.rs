@@ -62,8 +62,9 @@ impl<T: Send + 'static> Round<T> {
         }
     }
 
-    /// Sends one request to each node of `nodes` at `indices`, under one `timeout`. The
-    /// requests own their data, so the stragglers of a round can outlive it.
+    /// Sends one request to each node of `nodes` at `indices`, under one `timeout`, made by
+    /// `request` from the node's index and the node. The requests own their data, so the
+    /// stragglers of a round can outlive it.
     pub(crate) fn fan_out<F, R>(
         nodes: &[Arc<dyn LockNode>],
         indices: impl IntoIterator<Item = usize>,
@@ -71,12 +72,12 @@ impl<T: Send + 'static> Round<T> {
         request: F,
     ) -> Self
     where
-        F: Fn(Arc<dyn LockNode>) -> R,
+        F: Fn(usize, Arc<dyn LockNode>) -> R,
         R: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         let mut round = Round::with_capacity(timeout, nodes.len());
         for index in indices {
-            round.push(index, request(Arc::clone(&nodes[index])));
+            round.push(index, request(index, Arc::clone(&nodes[index])));
         }
         round
     }

@@ -4,10 +4,12 @@
 //! A release hands the key to the first waiter in line outright, setting it to the token
 //! of the waiter's refresh that wrote its place there; the waiter holds once the nodes that
 //! took its keys in its refresh round and the nodes whose grants it heard of make a quorum,
-//! without a round of its own to claim them. It counts a node's grant only when the grant was made on the place this
-//! refresh wrote (the announcement carries the refresh's stamp), so that the validity it
-//! counts from the refresh's sending holds on that node: the node's script ran after the
-//! refresh arrived, and set the key's TTL then.
+//! without a round of its own to claim them. It counts a node's grant only when the grant
+//! was made on the place this refresh wrote (the announcement carries the refresh's stamp),
+//! so that the validity it counts from the refresh's sending holds on that node: the node's
+//! script ran after the refresh arrived, and set the key's TTL then. And it counts the
+//! grant for the node the stamp names ([`GrantStamp`](crate::node::GrantStamp)), whichever
+//! connection brought the announcement.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -88,7 +88,7 @@ impl HandOff {
     /// Takes `waiter` out of the queue of `keys` on every node, each request bounded by
     /// `timeout`; a reservation it had, or a key granted to it, goes to the next in line.
     pub(crate) async fn leave_queues(&self, keys: &Keys, waiter: &LockToken, timeout: Duration) {
-        let in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |node| {
+        let in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |_, node| {
             let keys = keys.clone();
             let waiter = waiter.clone();
             async move { node.leave_queue(&keys, &waiter).await }

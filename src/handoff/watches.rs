@@ -11,7 +11,7 @@ use futures::{FutureExt, StreamExt};
 use rand::Rng;
 
 use crate::fan_out::poll_first;
-use crate::node::{Announcement, LockNode, ReleaseWatch};
+use crate::node::{Announcement, GrantStamp, LockNode, ReleaseWatch};
 
 /// After a hand-off wake-up, each waiter pauses a random moment before its attempt, so
 /// that the waiters of different processes woken by one release do not all send their
@@ -161,25 +161,28 @@ impl ReleaseWatches {
         }
     }
 
-    /// Waits for the next node to announce that it granted the key to `waiter` on the
-    /// place of the refresh stamped `stamp` (see `Grants`), and returns that node's index
-    /// among the lock's nodes; or, when one announces a reservation for `waiter` instead
-    /// (a release of a client of the previous protocol, or one beside a live shared
-    /// holder, which the waiter's next refresh claims), `None`. Grants of other stamps
-    /// (made on a place an earlier refresh wrote) do not count: the waiter's next refresh
-    /// takes them.
-    pub(crate) async fn next_grant(&mut self, waiter: &str, stamp: u64) -> Option<usize> {
+    /// Waits for the next announcement that a node granted the key to `waiter` on the place
+    /// of the refresh numbered `refresh` (see `Grants`), and returns that node's index among
+    /// the lock's nodes, the one its [`GrantStamp`] names, not the one whose connection
+    /// brought it (a pub/sub connection is not checked for the server it reaches); or, when
+    /// one announces a reservation for `waiter` instead (a release of a client of the
+    /// previous protocol, or one beside a live shared holder, which the waiter's next
+    /// refresh claims), `None`. Grants of other refreshes (made on a place an earlier
+    /// refresh wrote) do not count: the waiter's next refresh takes them. Nor do stamps
+    /// that name no node announcing here.
+    pub(crate) async fn next_grant(&mut self, waiter: &str, refresh: u64) -> Option<usize> {
         loop {
             let mut next = self.next_of_each();
-            let (_, (index, announced)) = poll_fn(|cx| poll_first(&mut next, cx)).await;
+            let (_, (_, announced)) = poll_fn(|cx| poll_first(&mut next, cx)).await;
             drop(next);
             if announced.next_waiter.as_deref() != Some(waiter) {
                 continue;
             }
-            match announced.grant {
-                Some(granted) if granted == stamp => return Some(self.nodes[index]),
-                Some(_) => {}
-                None => return None,
+            // No stamp: a reservation for the waiter.
+            let granted = announced.grant?;
+            let stamp = GrantStamp::decode(granted);
+            if stamp.refresh == refresh && self.nodes.contains(&stamp.node) {
+                return Some(stamp.node);
             }
         }
     }

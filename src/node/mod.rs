@@ -19,6 +19,7 @@
 //! creates a lock key, and a lock over several keys is taken or extended on one node for
 //! all of them or for none.
 
+mod grant_stamp;
 mod hints;
 mod request;
 mod shared_encoding;
@@ -35,6 +36,7 @@ use futures::FutureExt;
 use crate::error::NodeError;
 use crate::token::LockToken;
 
+pub use self::grant_stamp::GrantStamp;
 pub use self::hints::NodeHints;
 pub use self::request::{Beside, NodeReply, NodeRequest, QueuePlace, Renewal};
 pub use self::shared_encoding::SharedEncoding;

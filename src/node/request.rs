@@ -113,9 +113,10 @@ pub enum NodeRequest<'a> {
         ttl: Duration,
         /// The waiter's place in line.
         place: &'a QueuePlace,
-        /// The stamp of this refresh of the place, when the waiter takes grants: raised
-        /// with every refresh, so that a grant names the refresh whose place it was made
-        /// on.
+        /// The stamp of this refresh of the place, when the waiter takes grants: the
+        /// refresh's number (raised with every refresh) and this node's index, encoded by
+        /// [`GrantStamp`](super::GrantStamp), so that a grant names the refresh whose place
+        /// it was made on and the node that made it. A node echoes it as it came.
         stamp: Option<u64>,
     },
     /// Removes `waiter` from the queue of each of `keys`, and hands each reservation it had

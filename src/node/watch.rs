@@ -13,9 +13,10 @@ pub struct Announcement {
     /// anybody.
     pub next_waiter: Option<Arc<str>>,
     /// When the key was granted to `next_waiter` outright (set to its token: the direct
-    /// grant), the stamp of the refresh that wrote the place it was granted on (see
-    /// [`NodeRequest::LockQueued`](super::NodeRequest::LockQueued)); `None` for a
-    /// reservation.
+    /// grant), the stamp of the refresh that wrote the place it was granted on, as that
+    /// refresh sent it to the node (see
+    /// [`NodeRequest::LockQueued`](super::NodeRequest::LockQueued) and
+    /// [`GrantStamp`](super::GrantStamp)); `None` for a reservation.
     pub grant: Option<u64>,
 }
 

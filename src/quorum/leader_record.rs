@@ -49,7 +49,7 @@ impl Coordinator {
         keys: &Keys,
     ) -> Result<Vec<String>, LockError> {
         let timeout = self.config.node_timeout();
-        let mut in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |node| {
+        let mut in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |_, node| {
             let keys = keys.clone();
             async move { node.read_proclamation(&keys).await }
         });

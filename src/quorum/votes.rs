@@ -10,7 +10,7 @@ use crate::error::{LockError, NodeError, NodeFailure, Tally};
 use crate::fan_out::Round;
 use crate::fencing::{CounterQuorum, CounterRequest};
 use crate::metrics::Counters;
-use crate::node::QueuePlace;
+use crate::node::{GrantStamp, QueuePlace};
 use crate::resource::Keys;
 use crate::token::LockToken;
 
@@ -92,7 +92,7 @@ impl Coordinator {
         indices: impl IntoIterator<Item = usize>,
     ) -> InFlight {
         let timeout = self.config.node_timeout();
-        Round::fan_out(&self.nodes, indices, timeout, |node| {
+        Round::fan_out(&self.nodes, indices, timeout, |index, node| {
             let keys = keys.clone();
             let token = token.clone();
             let command = command.clone();
@@ -102,7 +102,16 @@ impl Coordinator {
                     Command::LockWatching(ttl, interest) => {
                         node.try_lock_watching(&keys, &token, ttl, interest).await
                     }
-                    Command::LockQueued(ttl, place, stamp) => {
+                    Command::LockQueued(ttl, place, refresh) => {
+                        // Stamped for this node: its grant counts for it, whichever
+                        // connection brings the announcement (see `GrantStamp`).
+                        let stamp = refresh.and_then(|refresh| {
+                            GrantStamp {
+                                refresh,
+                                node: index,
+                            }
+                            .encode()
+                        });
                         node.try_lock_queued(&keys, &token, ttl, &place, stamp)
                             .await
                     }
@@ -255,7 +264,7 @@ impl CounterQuorum for Coordinator {
     /// highest value answered, or the tally when a quorum did not answer.
     async fn ask(&self, counters: &Keys, request: CounterRequest) -> Result<u64, Tally> {
         let timeout = self.config.node_timeout();
-        let mut in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |node| {
+        let mut in_flight = Round::fan_out(&self.nodes, 0..self.nodes.len(), timeout, |_, node| {
             let counters = counters.clone();
             async move {
                 match request {

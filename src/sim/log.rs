@@ -74,8 +74,8 @@ pub enum Op {
         /// How long the waiter's place lasts from this attempt
         /// ([`QueuePlace::lifetime`](crate::node::QueuePlace::lifetime)).
         lifetime: Duration,
-        /// The refresh's stamp, for a waiter of the direct grant (whose token is its
-        /// acquisition's: its refreshes are told apart by their stamps).
+        /// The refresh's stamp as this node got it, for a waiter of the direct grant: the
+        /// refresh's number and the node's index ([`GrantStamp`](crate::node::GrantStamp)).
         stamp: Option<u64>,
     },
     /// [`NodeRequest::LeaveQueue`](crate::node::NodeRequest::LeaveQueue): a waiter

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use quorumlock::node::GrantStamp;
 use quorumlock::sim::{Op, OpRecord, Outcome, Reply, Stored};
 use quorumlock::{LockError, LockToken, NodeError};
 use tokio::time::Instant;
@@ -28,10 +29,12 @@ pub struct Try {
     pub first_sent: Instant,
 }
 
-/// The stamp of a lock request of a waiter of the direct grant.
+/// The refresh number of a lock request of a waiter of the direct grant: the same in the
+/// refresh's requests to every node, whose stamps each name their node too
+/// ([`GrantStamp`]).
 pub fn stamp_of(op: &Op) -> Option<u64> {
     match op {
-        Op::LockQueued { stamp, .. } => *stamp,
+        Op::LockQueued { stamp, .. } => stamp.map(|stamp| GrantStamp::decode(stamp).refresh),
         _ => None,
     }
 }
@@ -70,11 +73,18 @@ fn winning_try(trace: &Trace, attempt: &Attempt, token: &LockToken) -> Option<Tr
 /// its refresh stamped `stamp` wrote (the direct grant): a yes to that refresh, heard on
 /// the client's channel.
 fn announced_grants(trace: &Trace, waiter: &LockToken, stamp: u64, by: Instant) -> BTreeSet<usize> {
-    let message = format!("{} {stamp}", waiter.as_str());
+    let of_this_refresh = |message: &[u8]| {
+        let text = std::str::from_utf8(message).ok()?;
+        let (named, stamp) = text.split_once(' ')?;
+        let stamp = GrantStamp::decode(stamp.parse().ok()?);
+        (named == waiter.as_str()).then_some(stamp.refresh)
+    };
     trace
         .published
         .iter()
-        .filter(|(_, at, published)| *at <= by && published.message == message.as_bytes())
+        .filter(|(_, at, published)| {
+            *at <= by && of_this_refresh(&published.message) == Some(stamp)
+        })
         .map(|(node, _, _)| *node)
         .collect()
 }

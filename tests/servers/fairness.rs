@@ -9,10 +9,13 @@
 
 use std::time::Duration;
 
-use crate::common::{cluster, eventually, held_on_every_node, raw_connection, redlock, TTL};
+use crate::common::{
+    cluster, eventually, held_on_every_node, proxied, raw_connection, redlock, redlock_via, TTL,
+};
 
 use futures::StreamExt;
-use quorumlock::{LockConfig, LockError};
+use quorumlock::node::GrantStamp;
+use quorumlock::{LockConfig, LockError, Redlock};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
@@ -81,11 +84,12 @@ async fn waiter_announcements(cluster: &quorumlock_testkit::RedisCluster) -> Vec
 /// One node's announcements to waiters.
 type Announcements = futures::stream::BoxStream<'static, redis::Msg>;
 
-/// The announcements the nodes made to a waiter within half a second each: their payloads,
-/// each checked to name a waiter of the client whose channel it went on.
-async fn announced(announcements: &mut [Announcements]) -> Vec<String> {
+/// The announcements the nodes made to a waiter within half a second each: their payloads
+/// with the index of the node that made them, each checked to name a waiter of the client
+/// whose channel it went on.
+async fn announced(announcements: &mut [Announcements]) -> Vec<(usize, String)> {
     let mut payloads = Vec::new();
-    for stream in announcements {
+    for (node, stream) in announcements.iter_mut().enumerate() {
         let Ok(Some(message)) =
             tokio::time::timeout(Duration::from_millis(500), stream.next()).await
         else {
@@ -100,7 +104,7 @@ async fn announced(announcements: &mut [Announcements]) -> Vec<String> {
             named.starts_with(&format!("{client}:")),
             "{named:?} announced on {channel}"
         );
-        payloads.push(named);
+        payloads.push((node, named));
     }
     payloads
 }
@@ -212,23 +216,99 @@ async fn a_release_grants_the_lock_to_the_waiter_in_line_without_a_round_of_its_
     );
 
     // Each node announced the grant, with the stamp of the refresh whose place it was
-    // made on: the same waiter and stamp on every node.
+    // made on, which names the node too: the same waiter and refresh on every node.
     let payloads = announced(&mut announcements).await;
     assert!(payloads.len() >= 2, "{payloads:?}");
-    let (waiter_id, stamp) = payloads[0]
+    let waiter_id = payloads[0]
+        .1
         .split_once(' ')
-        .expect("a grant names its stamp");
-    assert_eq!(stamp, "1", "{payloads:?}");
-    assert!(
-        payloads.iter().all(|named| *named == payloads[0]),
-        "{payloads:?}"
-    );
+        .expect("a grant names its stamp")
+        .0;
+    for (node, named) in &payloads {
+        let stamp = GrantStamp {
+            refresh: 1,
+            node: *node,
+        };
+        assert_eq!(
+            *named,
+            format!("{waiter_id} {}", stamp.encode().unwrap()),
+            "{payloads:?}"
+        );
+    }
     assert!(waiter_id.contains(':'), "{waiter_id}");
     eventually("no waiter left in any queue", SERVED_WITHIN, || async {
         queue_lengths(&nodes).await == [0, 0, 0]
     })
     .await;
     guard.release().await.unwrap();
+}
+
+/// A waiter hears a node's grants on a pub/sub connection of that node's, which is not
+/// checked for the server it reaches, as the lock connections are. Here node 0's name moves
+/// to node 1's server (a DNS change, a VIP failover) after the waiter's lock connections
+/// were made, so its announcements for node 0 come from node 1. Nodes 0 and 2 are held by
+/// another client; node 1 grants the waiter the key, and announces it on both
+/// subscriptions. The waiter must count that grant once, for node 1 (the node its stamp
+/// names), and go on waiting: counted by the connection it came on, it made a quorum of
+/// two while another client held the other two nodes.
+#[tokio::test]
+async fn a_grant_heard_on_another_nodes_connection_counts_once_for_the_node_that_made_it() {
+    let cluster = proxied(3).await;
+    let mut nodes = Vec::new();
+    for node in 0..3 {
+        nodes.push(raw_connection(cluster.node(node)).await);
+    }
+    // Its lock connections made (and checked) now, through the proxies.
+    let waiter_lock = redlock_via(&cluster, patient()).await;
+    let node_1 = ([127, 0, 0, 1], cluster.node(1).port()).into();
+    cluster.proxy(0).redirect(node_1);
+    let holder: Redlock = redlock(cluster.cluster(), patient()).await;
+    let held = holder.try_acquire(RESOURCE).await.unwrap();
+    let waiter = {
+        let lock = waiter_lock.clone();
+        tokio::spawn(async move { lock.acquire(RESOURCE).await })
+    };
+    eventually(
+        "the waiter in line on every node",
+        SERVED_WITHIN,
+        || async { queue_lengths(&nodes).await == [1, 1, 1] },
+    )
+    .await;
+    // Another client takes nodes 0 and 2, a quorum, as the holder's keys there go.
+    for node in [0, 2] {
+        let () = redis::cmd("SET")
+            .arg(RESOURCE)
+            .arg("another-client")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut nodes[node].clone())
+            .await
+            .unwrap();
+    }
+    // Released on node 1 only: the other two are no longer the holder's.
+    assert!(matches!(
+        held.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    let granted: Option<String> = redis::cmd("GET")
+        .arg(RESOURCE)
+        .query_async(&mut nodes[1].clone())
+        .await
+        .unwrap();
+    assert!(
+        granted.is_some_and(|token| token != "another-client"),
+        "node 1 did not grant the key to the waiter"
+    );
+    // Past the refresh's wait for grants (the retry delay) and into the next refresh.
+    tokio::time::sleep(DELAY + DELAY / 2).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took the lock that another client holds on nodes 0 and 2: {:?}",
+        waiter.await
+    );
+    waiter.abort();
+    let metrics = waiter_lock.metrics();
+    assert_eq!(metrics.grants_heard, 1, "{metrics:?}");
 }
 
 /// A client of the version before the direct grant, releasing with its own script, reserves
@@ -284,7 +364,7 @@ async fn a_release_by_a_client_of_the_previous_version_is_claimed_by_a_waiter_of
     let payloads = announced(&mut announcements).await;
     assert!(payloads.len() >= 2, "{payloads:?}");
     assert!(
-        payloads.iter().all(|named| !named.contains(' ')),
+        payloads.iter().all(|(_, named)| !named.contains(' ')),
         "{payloads:?}"
     );
     assert_eq!(waiter_lock.metrics().grants_heard, 0);

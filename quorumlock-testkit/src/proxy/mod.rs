@@ -66,6 +66,7 @@ impl Tap {
 /// | [`reset_on`](Self::reset_on) | the next connection whose client sends a pattern is reset, before forwarding it or after the node answered |
 /// | [`partition`](Self::partition) | new connections refused and open ones reset: the node looks down |
 /// | [`strand_open`](Self::strand_open) | open connections go silent for good, never closed (a forgotten NAT entry); new ones work |
+/// | [`redirect`](Self::redirect) | new connections reach another server; open ones stay where they are |
 /// | upstream down | a new connection is accepted, then reset at once |
 ///
 /// [`heal`](Self::heal) removes every fault but stranding. Data held by a blackhole or a
@@ -109,7 +110,7 @@ impl fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FaultProxy")
             .field("addr", &self.addr)
-            .field("upstream", &self.shared.upstream)
+            .field("upstream", &self.shared.upstream())
             .field("faults", &*self.shared.faults.borrow())
             .finish_non_exhaustive()
     }
@@ -126,7 +127,7 @@ impl FaultProxy {
         let (faults, _) = watch::channel(Faults::default());
         let (listening, _) = watch::channel(Listening::Open);
         let shared = Arc::new(Shared {
-            upstream,
+            upstream: Mutex::new(upstream),
             faults,
             listening,
             live: Mutex::new(HashMap::new()),
@@ -149,9 +150,21 @@ impl FaultProxy {
         self.addr.port()
     }
 
-    /// The address the proxy forwards to.
+    /// The address the proxy forwards new connections to.
     pub fn upstream(&self) -> SocketAddr {
-        self.shared.upstream
+        self.shared.upstream()
+    }
+
+    /// Forwards the connections accepted from now on to `upstream`; open ones stay with the
+    /// server they reached: what a client sees when the name or virtual IP it connects to
+    /// moves to another server (a DNS change, a VIP failover), which only its next
+    /// connection follows.
+    pub fn redirect(&self, upstream: SocketAddr) {
+        *self
+            .shared
+            .upstream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = upstream;
     }
 
     /// `redis://127.0.0.1:PORT`, the proxy's address as a Redis URL (without

@@ -55,7 +55,7 @@ pub(super) async fn serve(
     let _live = live;
     let upstream = match tokio::time::timeout(
         UPSTREAM_CONNECT_TIMEOUT,
-        TcpStream::connect(shared.upstream),
+        TcpStream::connect(shared.upstream()),
     )
     .await
     {

@@ -32,8 +32,8 @@ pub(super) struct TapInner {
 
 /// State shared by the proxy handle and its tasks.
 pub(super) struct Shared {
-    /// The address connections are forwarded to.
-    pub(super) upstream: SocketAddr,
+    /// The address new connections are forwarded to (see `FaultProxy::redirect`).
+    pub(super) upstream: Mutex<SocketAddr>,
     /// The current fault settings; every task watches them.
     pub(super) faults: watch::Sender<Faults>,
     /// What the accept loop did last with the listening socket.
@@ -51,6 +51,11 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// The address a connection accepted now is forwarded to.
+    pub(super) fn upstream(&self) -> SocketAddr {
+        *self.upstream.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The open connections (the lock survives a panicked holder: it guards plain data).
     pub(super) fn live(&self) -> MutexGuard<'_, HashMap<u64, (u64, u64)>> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)

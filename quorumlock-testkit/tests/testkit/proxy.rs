@@ -1,6 +1,7 @@
 //! The fault proxy itself, on one real redis-server node and raw RESP bytes: latency per
 //! direction, a blackhole that delivers in order once lifted, refused, reset and closed
-//! connections, and resets on a command before or after the node runs it.
+//! connections, resets on a command before or after the node runs it, and a redirect to
+//! another server.
 
 use std::time::Duration;
 
@@ -249,4 +250,31 @@ async fn proxy_resets_on_a_command_before_or_after_the_node_runs_it() {
         b"+OK\r\n"
     );
     assert_eq!(proxy.resets(), 2);
+}
+
+#[tokio::test]
+async fn a_redirect_moves_new_connections_and_leaves_open_ones() {
+    let cluster = RedisCluster::start(2).await.unwrap();
+    let node = |i: usize| ([127, 0, 0, 1], cluster.node(i).port()).into();
+    let proxy = FaultProxy::start(node(0)).await.unwrap();
+    let mut before = raw(&proxy).await;
+    assert_eq!(
+        roundtrip(&mut before, &["SET", "who", "zero"])
+            .await
+            .unwrap(),
+        b"+OK\r\n"
+    );
+    proxy.redirect(node(1));
+    assert_eq!(proxy.upstream(), node(1));
+    let mut after = raw(&proxy).await;
+    // The new connection reaches node 1, where the key was never set; the open one is
+    // still on node 0.
+    assert_eq!(
+        roundtrip(&mut after, &["GET", "who"]).await.unwrap(),
+        b"$-1\r\n"
+    );
+    assert_eq!(
+        roundtrip(&mut before, &["GET", "who"]).await.unwrap(),
+        b"$4\r\nzero\r\n"
+    );
 }
