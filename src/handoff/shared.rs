@@ -65,6 +65,12 @@ impl HandOff {
         self.queues.has_waiters(keys) || self.queues.recently_contended(keys)
     }
 
+    /// Remembers that a node refused `keys` just now: a blocking acquire of them in this
+    /// process expects to wait for a while, and queues with its first attempt.
+    pub(crate) fn found_held(&self, keys: &Keys) {
+        self.queues.note_contended(keys);
+    }
+
     /// Starts watching the releases of `key` on every node; `None` when no node announces
     /// them.
     pub(super) async fn release_watches(&self, key: &str) -> Option<ReleaseWatches> {

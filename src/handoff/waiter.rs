@@ -183,12 +183,12 @@ impl Waiter {
         }
     }
 
-    /// After an attempt found the lock held: remembers the contention, takes this
-    /// acquisition's turn among the process's waiters, then joins the nodes' line (fair)
-    /// or watches the key's releases (not fair; only now, once contended: an uncontended
-    /// lock never subscribes). Fails when the deadline passes before the turn comes.
+    /// After an attempt found the lock held (which the attempt remembered, see
+    /// `HandOff::found_held`): takes this acquisition's turn among the process's waiters,
+    /// then joins the nodes' line (fair) or watches the key's releases (not fair; only now,
+    /// once contended: an uncontended lock never subscribes). Fails when the deadline
+    /// passes before the turn comes.
     pub(crate) async fn found_held(&mut self) -> Result<Next, TurnTimedOut> {
-        self.hand_off.queues.note_contended(&self.keys);
         if self.turn.is_none() {
             let turn = turn_before(&self.hand_off.queues, &self.keys, self.deadline).await?;
             mark(&self.contending);

@@ -134,6 +134,16 @@ impl Coordinator {
             self.collect(&mut tally, &mut in_flight, Wait::ForEveryNode, &mut answers)
                 .await;
         }
+        if answers
+            .iter()
+            .any(|answer| matches!(answer, Some(Answer::Refused)))
+        {
+            // Every attempt that finds the keys held says so, including a refresh that the
+            // nodes' grants then win: remembered only by attempts that failed, the
+            // contention was forgotten a second into a line served by grants, and each
+            // waiter's next acquisition tried a plain attempt first.
+            self.hand_off.found_held(&keys);
+        }
         if let (Some(heard), Some(grants)) = (&mut heard, asking.grants()) {
             if !tally.has_quorum() {
                 // Every node answered. Where all refused, nothing of this refresh is on the

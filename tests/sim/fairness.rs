@@ -380,6 +380,55 @@ async fn each_release_is_granted_at_once_to_the_next_in_line() {
     );
 }
 
+/// Two clients taking turns for three seconds, each served by the other's release: every
+/// acquisition after a client's first contended one is one refresh, which queues it at once and is won by
+/// the grants. A client remembers a key found held for a second, and queues with its first
+/// attempt while it does; a refresh that the grants win found the key held too, and must
+/// say so, or each client forgot the contention a second in and tried a plain attempt
+/// first once a second (two rounds).
+#[tokio::test(start_paused = true)]
+async fn clients_taking_turns_queue_with_their_first_attempt_for_as_long_as_they_contend() {
+    const HOLD: Duration = Duration::from_millis(20);
+    let cluster = cluster(3);
+    let until = Instant::now() + Duration::from_secs(3);
+    let tasks: Vec<_> = ["client-0", "client-1"]
+        .into_iter()
+        .map(|name| {
+            let lock = client(&cluster, name, patient());
+            tokio::spawn(async move {
+                let mut rounds = Vec::new();
+                while Instant::now() < until {
+                    let before = lock.metrics().attempts;
+                    let guard = lock.acquire(RESOURCE).await.expect("acquire");
+                    rounds.push(lock.metrics().attempts - before);
+                    tokio::time::sleep(HOLD).await;
+                    guard.release().await.expect("release");
+                }
+                rounds
+            })
+        })
+        .collect();
+    for (name, task) in ["client-0", "client-1"].into_iter().zip(tasks) {
+        let rounds = task.await.unwrap();
+        assert!(rounds.len() > 50, "{name}: {} acquisitions", rounds.len());
+        let later: Vec<(usize, u64)> = rounds
+            .iter()
+            .copied()
+            .enumerate()
+            // The first that found the key held tried a plain attempt first: the first,
+            // or the second after an uncontended first.
+            .skip(2)
+            .filter(|&(_, rounds)| rounds != 1)
+            .collect();
+        assert_eq!(
+            later,
+            [],
+            "{name}: acquisitions (index, rounds) of more than one round, of {}",
+            rounds.len()
+        );
+    }
+}
+
 /// With releases that reserve (the protocol before the direct grant), each release is
 /// reserved for the next in line, announced on its client's channel, and claimed at once.
 #[tokio::test(start_paused = true)]
