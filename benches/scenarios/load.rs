@@ -302,6 +302,14 @@ async fn run_contended(
     let mut setup = counter.clone();
     let () = setup.set(&counter_key, 0).await.expect("reset counter");
     let increments = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Each client's acquisitions after its first of the run, and their rounds: the steady
+    // state, which the first (a plain attempt, as the lock cannot know yet that it is
+    // contended) does not show. Per client, so only where each task has a lock of its own.
+    let own_locks = clients.len() < 2 || !Arc::ptr_eq(&clients[0], &clients[1]);
+    let later = Arc::new([
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicU64::new(0),
+    ]);
     let started = Instant::now();
     let deadline = started + window;
     let handles: Vec<_> = clients
@@ -311,13 +319,16 @@ async fn run_contended(
             let counter_key = counter_key.clone();
             let mut counter = counter.clone();
             let increments = Arc::clone(&increments);
+            let later = Arc::clone(&later);
             tokio::spawn(async move {
                 let waits = !matches!(*client, Client::NoLock);
+                let attempts = || client.metrics().map(|metrics| metrics.attempts);
                 let mut hist = measure::histogram();
                 let (mut ops, mut errors) = (0u64, 0u64);
                 let mut outcome = Outcome::Completed;
                 while Instant::now() < deadline {
                     let t0 = Instant::now();
+                    let attempts_before = attempts();
                     let held =
                         match tokio::time::timeout(op_timeout, client.acquire(&lock_name)).await {
                             Ok(Ok(held)) => held,
@@ -333,6 +344,12 @@ async fn run_contended(
                         };
                     if waits {
                         measure::record(&mut hist, t0.elapsed());
+                    }
+                    if let (true, true, Some(before), Some(after)) =
+                        (own_locks, ops > 0, attempts_before, attempts())
+                    {
+                        later[0].fetch_add(after - before, std::sync::atomic::Ordering::Relaxed);
+                        later[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     let value: i64 = counter.get(&counter_key).await.expect("GET counter");
                     let () = counter
@@ -353,6 +370,10 @@ async fn run_contended(
         })
         .collect();
     let mut run = collect(started, handles, None).await;
+    let later_attempts = later[0].load(std::sync::atomic::Ordering::Relaxed);
+    let later_acquisitions = later[1].load(std::sync::atomic::Ordering::Relaxed);
+    run.steady_rounds =
+        (later_acquisitions > 0).then(|| later_attempts as f64 / later_acquisitions as f64);
     let mut check = counter.clone();
     let value: i64 = check.get(&counter_key).await.expect("read counter");
     let expected = increments.load(std::sync::atomic::Ordering::SeqCst);
@@ -384,6 +405,7 @@ async fn collect(
         check,
         per_task: (u64::MAX, 0),
         rounds_per_acquire: None,
+        steady_rounds: None,
         cpu_us_per_op: None,
         server_cpu_us_per_op: None,
         keys_left: None,

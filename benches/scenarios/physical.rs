@@ -55,11 +55,12 @@ impl Physical {
         self.quorum_rtt_us().map(|rtt| 2.0 * rtt)
     }
 
-    /// Scenario 3's bound, in operations per second: per operation, the hand-off chain
-    /// (the release, its announcement, the next claim: three round trips to the quorum)
-    /// and the counter's GET + SET (two round trips to node 0).
+    /// Scenario 3's bound, in operations per second: per operation, the direct grant's
+    /// hand-off chain (the release reaching the nodes, the grant's announcement reaching
+    /// the waiter: two one-way delays, one round trip to the node that completes the
+    /// quorum) and the counter's GET + SET (two round trips to node 0).
     pub fn handoff_bound_ops(&self) -> Option<f64> {
-        let chain = 3.0 * self.quorum_rtt_us()? + 2.0 * self.ping_p50_us.first()?;
+        let chain = self.quorum_rtt_us()? + 2.0 * self.ping_p50_us.first()?;
         (chain > 0.0).then(|| 1e6 / chain)
     }
 

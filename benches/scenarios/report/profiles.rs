@@ -44,8 +44,9 @@ impl Bounds {
         2.0 * self.quorum_rtt_us
     }
 
-    /// Scenario 3's ops/s with today's hand-off: three round trips to the quorum (the
-    /// release, its announcement, the next claim) plus the counter's GET and SET.
+    /// Scenario 3's ops/s with the reservation's hand-off (`direct_grant(false)`, and the
+    /// versions before the grant): three round trips to the quorum (the release, its
+    /// announcement, the next claim) plus the counter's GET and SET.
     fn three_rounds_ops(&self) -> f64 {
         1e6 / (3.0 * self.quorum_rtt_us + 2.0 * self.counter_rtt_us)
     }
@@ -192,8 +193,8 @@ impl Report<'_> {
             out,
             "\nBounds: a round trip is this run's loopback PING p50 plus twice the delay. \
              Scenario 1: two round trips to the node that completes a quorum. Scenario 3: \
-             today's hand-off, three such round trips, or a direct grant's two one-way \
-             delays, plus the counter's GET and SET on node 0, which is not behind the delay \
+             the reservation's hand-off, three such round trips, or the direct grant's two \
+             one-way delays, plus the counter's GET and SET on node 0, which is not behind the delay \
              (it is the work under the lock, not the lock)."
         );
     }

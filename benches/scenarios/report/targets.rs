@@ -71,6 +71,11 @@ impl Report<'_> {
                 .iter()
                 .filter_map(|run| run.rounds_per_acquire),
         );
+        let steady_rounds = Spread::of(
+            self.runs("s3", Contender::Quorumlock)
+                .iter()
+                .filter_map(|run| run.steady_rounds),
+        );
         let s3b_exact = {
             let runs = self.runs("s3b", Contender::Quorumlock);
             (!runs.is_empty()).then(|| runs.iter().all(|run| matches!(run.check, Some(Ok(_)))))
@@ -138,15 +143,20 @@ impl Report<'_> {
                 1.5,
             ),
             Target {
-                what:
-                    "3. quorum rounds per acquisition (attempts / acquisitions, plus the release)",
+                what: "3. quorum rounds per acquisition under contention (attempts / \
+                       acquisitions after each client's first, plus the release)",
                 goal: "≤ 2",
-                met: Some(rounds.is_some_and(|r| r.median + 1.0 <= 2.0)),
+                met: Some(steady_rounds.is_some_and(|r| r.median + 1.0 <= 2.0)),
                 // Three decimals: an acquisition in a few hundred that needs a second
-                // refresh shows here, where two would round it away.
-                shown: rounds.map_or("–".to_owned(), |r| {
-                    format!("{:.3} ({:.3}–{:.3}) + 1", r.median, r.min, r.max)
-                }),
+                // refresh shows here, where two would round it away. Then the same with
+                // each client's first acquisition, a plain attempt before it queues.
+                shown: match (steady_rounds, rounds) {
+                    (Some(steady), Some(all)) => format!(
+                        "{:.3} ({:.3}–{:.3}) + 1; {:.3} + 1 with each client's first",
+                        steady.median, steady.min, steady.max, all.median
+                    ),
+                    _ => "–".to_owned(),
+                },
             },
             Target::reference(
                 "3. reference: rslock's least / most served client",
@@ -262,9 +272,9 @@ impl Report<'_> {
                 out,
                 "\nThe physical limit: scenario 1 needs an acquire and a release, each a round \
                  trip to the third-fastest node (the one that completes a quorum of five); \
-                 scenario 3 hands over through the nodes, a release, its announcement and the \
-                 next claim (counted as three round trips to that node), plus the counter's GET \
-                 and SET (two to node 0); scenario 3b passes the lock within the process, \
+                 scenario 3 hands over through the nodes, the release reaching them and the \
+                 grant's announcement reaching the waiter (two one-way delays: one round trip \
+                 to that node), plus the counter's GET and SET (two to node 0); scenario 3b passes the lock within the process, \
                  leaving the GET and SET. Round trips are loopback PING p50s of this run."
             );
         }
