@@ -302,9 +302,10 @@ async fn run_contended(
     let mut setup = counter.clone();
     let () = setup.set(&counter_key, 0).await.expect("reset counter");
     let increments = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    // Each client's acquisitions after its first of the run, and their rounds: the steady
-    // state, which the first (a plain attempt, as the lock cannot know yet that it is
-    // contended) does not show. Per client, so only where each task has a lock of its own.
+    // Each client's acquisitions after it found the lock contended, and their rounds: the
+    // steady state. The acquisition that found out tried a plain attempt first (the lock
+    // could not know yet): each client's first that took more than one round (or, if none
+    // did, its first). Per client, so only where each task has a lock of its own.
     let own_locks = clients.len() < 2 || !Arc::ptr_eq(&clients[0], &clients[1]);
     let later = Arc::new([
         std::sync::atomic::AtomicU64::new(0),
@@ -324,6 +325,7 @@ async fn run_contended(
                 let waits = !matches!(*client, Client::NoLock);
                 let attempts = || client.metrics().map(|metrics| metrics.attempts);
                 let mut hist = measure::histogram();
+                let mut rounds: Vec<u64> = Vec::new();
                 let (mut ops, mut errors) = (0u64, 0u64);
                 let mut outcome = Outcome::Completed;
                 while Instant::now() < deadline {
@@ -345,11 +347,10 @@ async fn run_contended(
                     if waits {
                         measure::record(&mut hist, t0.elapsed());
                     }
-                    if let (true, true, Some(before), Some(after)) =
-                        (own_locks, ops > 0, attempts_before, attempts())
+                    if let (true, Some(before), Some(after)) =
+                        (own_locks, attempts_before, attempts())
                     {
-                        later[0].fetch_add(after - before, std::sync::atomic::Ordering::Relaxed);
-                        later[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        rounds.push(after - before);
                     }
                     let value: i64 = counter.get(&counter_key).await.expect("GET counter");
                     let () = counter
@@ -365,6 +366,11 @@ async fn run_contended(
                         }
                     }
                 }
+                let found_out = rounds.iter().position(|&r| r > 1).unwrap_or(0);
+                let steady = rounds.get(found_out + 1..).unwrap_or_default();
+                let ordering = std::sync::atomic::Ordering::Relaxed;
+                later[0].fetch_add(steady.iter().sum(), ordering);
+                later[1].fetch_add(steady.len() as u64, ordering);
                 (hist, ops, errors, outcome, Instant::now())
             })
         })

@@ -39,9 +39,9 @@ pub struct Run {
     pub per_task: (u64, u64),
     /// quorumlock only: acquisition rounds per completed acquisition.
     pub rounds_per_acquire: Option<f64>,
-    /// quorumlock only, contended runs with a lock per client: the same, without each
-    /// client's first acquisition of the run (a plain attempt first: the lock cannot know
-    /// yet that it is contended), counted per acquisition from the client's metrics.
+    /// quorumlock only, contended runs with a lock per client: the same in steady state,
+    /// after each client's acquisition that found the lock contended (a plain attempt
+    /// first: the lock cannot know yet), counted per acquisition from the client's metrics.
     pub steady_rounds: Option<f64>,
     /// CPU time of the whole client process (user + system) per completed operation, µs.
     pub cpu_us_per_op: Option<f64>,

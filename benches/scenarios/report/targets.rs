@@ -144,7 +144,8 @@ impl Report<'_> {
             ),
             Target {
                 what: "3. quorum rounds per acquisition under contention (attempts / \
-                       acquisitions after each client's first, plus the release)",
+                       acquisitions once each client found the lock contended, plus the \
+                       release)",
                 goal: "≤ 2",
                 met: Some(steady_rounds.is_some_and(|r| r.median + 1.0 <= 2.0)),
                 // Three decimals: an acquisition in a few hundred that needs a second
