@@ -2,9 +2,10 @@
 //! `redis-server`: proptest sequences of every node script (lock, lock-watching,
 //! lock-queued, lock-queued-many, unlock, leave-queue, extend, raise-counter) and of the
 //! plain commands a node sends (`SET NX PX`, and `GET`/`MGET` for holds and read-counter),
-//! from states seeded with held and reserved keys, queues with live and lapsed places,
-//! watch markers, fencing counters (some not numbers) and keys of the wrong type, run on
-//! both. After every step the replies (errors word for word), the published messages and
+//! from states seeded with held, reserved and granted keys, queues with live and lapsed
+//! places (some with the direct grant's terms), stamped refreshes that a release grants
+//! the key to, watch markers, fencing counters (some not numbers) and keys of the wrong
+//! type, run on both. After every step the replies (errors word for word), the published messages and
 //! the whole keyspace (every key, type, value and TTL) must be the same.
 //!
 //! Time: the host's node clock is the machine's wall clock, read as each step starts,
@@ -27,7 +28,8 @@
 //! - `MGET` answers `WRONGTYPE` for a key that is not a string (`commands.rs`): a
 //!   read-counter over a key of the wrong type differs;
 //! - an error raised by `redis.call` is located one line off (`script_host.rs`): the
-//!   `WRONGTYPE` errors of the queue scripts differ.
+//!   `WRONGTYPE` errors of the queue scripts differ;
+//! - `HSET` writes only its first field (`commands.rs`): a place's grant terms are lost.
 
 mod real;
 mod steps;
@@ -70,6 +72,9 @@ enum Coverage {
     Published,
     /// A script reserved a key for a waiter and announced it on the waiter's channel.
     HandedOff,
+    /// A script granted a key to a waiter outright (the direct grant): announced with the
+    /// stamp of the waiter's refresh.
+    GrantedOutright,
 }
 
 fn wall_clock() -> Duration {
@@ -191,14 +196,19 @@ fn run_both(
             .map(|message| (message.channel, message.message))
             .collect();
         if matches!(timed.step, Step::Script { .. }) {
-            let handed_off = published
+            let to_waiter =
+                |(channel, _): &&(Vec<u8>, Vec<u8>)| channel.starts_with(b"quorumlock:waiter:");
+            let handed_off = published.iter().any(|message| to_waiter(&message));
+            let granted_outright = published
                 .iter()
-                .any(|(channel, _)| channel.starts_with(b"quorumlock:waiter:"));
+                .filter(to_waiter)
+                .any(|(_, message)| message.contains(&b' '));
             let met = [
                 (Coverage::Granted, host_reply == ServerReply::Integer(1)),
                 (Coverage::ScriptError, host_reply.is_error()),
                 (Coverage::Published, !published.is_empty()),
                 (Coverage::HandedOff, handed_off),
+                (Coverage::GrantedOutright, granted_outright),
             ];
             for (situation, _) in met.into_iter().filter(|(_, met)| *met) {
                 *seen.entry(situation).or_default() += 1;
@@ -270,6 +280,7 @@ fn the_script_host_answers_as_redis_does() {
         Coverage::ScriptError,
         Coverage::Published,
         Coverage::HandedOff,
+        Coverage::GrantedOutright,
     ] {
         let times = seen.get(&situation).copied().unwrap_or(0);
         assert!(

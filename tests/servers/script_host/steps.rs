@@ -84,6 +84,12 @@ fn ticket() -> impl Strategy<Value = String> {
         .prop_map(|offset| (TICKET_BASE + offset).to_string())
 }
 
+/// A direct-grant refresh's stamp (`node::GrantStamp`: refresh x 1000 + node), a few
+/// refreshes of a few nodes, so that a waiter's later refresh meets its earlier grant.
+fn stamp() -> impl Strategy<Value = String> {
+    proptest::sample::select(&[1000u64, 1001, 2000, 3002][..]).prop_map(|stamp| stamp.to_string())
+}
+
 /// The channel prefix; mostly the one a node announces on, sometimes none.
 fn channel() -> impl Strategy<Value = String> {
     prop_oneof![3 => Just("quorumlock:released:"), 1 => Just("")].prop_map(str::to_owned)
@@ -122,12 +128,32 @@ fn script_call() -> impl Strategy<Value = Timed> {
                 )
             }
         ),
-        3 => (key(), token(), ttl(), waiter(), ticket(), lifetime()).prop_map(
+        2 => (key(), token(), ttl(), waiter(), ticket(), lifetime()).prop_map(
             |(key, token, (ttl, a), waiter, ticket, (lifetime, b))| {
                 let argv = vec![token, ttl, waiter, ticket, lifetime];
                 script(NodeScript::LockQueued, &[key], argv, a || b)
             }
         ),
+        // A stamped refresh (the direct grant), whose place a release grants the key to.
+        // Its TTL is never tiny (a grant sets the key, and the line's record of it, to the
+        // TTL the place recorded, in a later step that pauses for no tiny TTL) nor 30 s (a
+        // record kept for 2 x 30 s would be checked against a 60 s TTL on the millisecond
+        // the two servers may read differently).
+        3 => (
+            key(),
+            token(),
+            proptest::sample::select(&[60_000u64, 90_000][..]),
+            waiter(),
+            ticket(),
+            lifetime(),
+            stamp()
+        )
+            .prop_map(
+                |(key, token, ttl, waiter, ticket, (lifetime, tiny), stamp)| {
+                    let argv = vec![token, ttl.to_string(), waiter, ticket, lifetime, stamp];
+                    script(NodeScript::LockQueued, &[key], argv, tiny)
+                }
+            ),
         2 => (
             keys(),
             token(),
@@ -235,6 +261,37 @@ fn seed() -> impl Strategy<Value = Timed> {
                 let place = vec![text(&["ZADD", &queue, &ticket, &waiter]), deadline];
                 timed(Step::Commands(place), false)
             }),
+        // A live place with the direct grant's terms (a stamped refresh's token, TTL and
+        // stamp), which a release grants the key to.
+        (
+            key(),
+            ticket(),
+            waiter(),
+            token(),
+            proptest::sample::select(&["60000", "90000"][..]),
+            stamp()
+        )
+            .prop_map(move |(key, ticket, waiter, token, ttl, stamp)| {
+                let queue = format!("{QUEUE}{key}");
+                let mut place = text(&["HSET", &format!("{DEADLINES}{key}"), &waiter]);
+                place.push(Arg::NowPlusMs(60_000));
+                place.extend(text(&[
+                    &format!("grant:{waiter}"),
+                    &format!("{token} {ttl} {stamp}"),
+                ]));
+                let commands = vec![text(&["ZADD", &queue, &ticket, &waiter]), place];
+                timed(Step::Commands(commands), false)
+            }),
+        // A key granted to a waiter: in the token of its refresh, recorded as its, which its
+        // next refresh takes and its leave gives back.
+        (key(), token(), waiter()).prop_map(move |(key, token, waiter)| {
+            let record = format!("granted:{token}");
+            let commands = vec![
+                text(&["SET", key, &token, "PX", "60000"]),
+                text(&["HSET", &format!("{DEADLINES}{key}"), &record, &waiter]),
+            ];
+            timed(Step::Commands(commands), false)
+        }),
         (key(), duration(&[30_000, 60_000])).prop_map(move |(key, (ttl, tiny))| {
             timed(
                 Step::Commands(vec![text(&[
