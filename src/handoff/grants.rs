@@ -19,14 +19,12 @@ use tokio::time::Instant;
 use super::watches::ReleaseWatches;
 use crate::token::LockToken;
 
-/// One refresh of a direct-grant waiter's place: its token, which its place records and a
-/// grant sets the key to, its stamp, and the announcements it hears its grants on.
-#[derive(Clone)]
+/// One refresh of a direct-grant waiter's place: its stamp, and the announcements it hears
+/// its grants on. The refresh asks in a token of its own, as every attempt does, which its
+/// place records and a grant sets the key to: a late rollback of an earlier refresh
+/// deletes only a key in that refresh's token (a grant to an earlier place is taken by the
+/// next refresh in its own token).
 pub(crate) struct Grants {
-    /// The refresh's token, new on every refresh as on every attempt: a late rollback of
-    /// an earlier refresh deletes only a key in that refresh's token (a grant to an earlier
-    /// place is taken by the next refresh in its own token).
-    pub(crate) token: LockToken,
     /// This refresh's stamp: raised with every refresh, recorded in the place it writes.
     pub(crate) stamp: u64,
     /// The grants announced to this client, watched since before the refresh was sent;
@@ -39,14 +37,8 @@ pub(crate) struct Grants {
 }
 
 impl Grants {
-    pub(super) fn new(
-        token: LockToken,
-        stamp: u64,
-        announced: Option<ReleaseWatches>,
-        wait: Duration,
-    ) -> Self {
+    pub(super) fn new(stamp: u64, announced: Option<ReleaseWatches>, wait: Duration) -> Self {
         Grants {
-            token,
             stamp,
             announced,
             wait,

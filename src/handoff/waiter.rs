@@ -162,19 +162,10 @@ impl Waiter {
         }
         match (&self.queued, &self.place, &self.releases) {
             (Some(_), Some(place), _) => {
-                // Each refresh asks in a token of its own, as any attempt does: a rollback
-                // of an earlier refresh, however late it lands, cannot delete the key a
-                // later one counts (the nodes take a grant to an earlier place as the new
-                // refresh's, in its token).
                 let grants = self.takes_grants.then(|| {
                     self.stamp += 1;
                     let announced = self.reservations.clone();
-                    Arc::new(Grants::new(
-                        LockToken::generate(),
-                        self.stamp,
-                        announced,
-                        wait,
-                    ))
+                    Arc::new(Grants::new(self.stamp, announced, wait))
                 });
                 Asking::Queued(Arc::clone(place), grants)
             }

@@ -84,11 +84,10 @@ impl Coordinator {
     ) -> Result<Arc<Lease>, LockError> {
         let resource = resources.name();
         let keys = resources.keys.clone();
-        // A refresh of a waiter of the direct grant asks in the token its place records,
-        // which its grants set the key to; any other attempt draws a token of its own.
-        let token = asking
-            .grants()
-            .map_or_else(LockToken::generate, |grants| grants.token.clone());
+        // A token of the attempt's own, a refresh of the direct grant's too (its place
+        // records it, and its grants set the key to it): a late rollback of an earlier
+        // refresh cannot delete the key a later one counts.
+        let token = LockToken::generate();
         let waiter = asking.waiter();
         // Its grants are heard of from before the refresh is sent.
         let mut heard = match (asking.grants(), &waiter) {

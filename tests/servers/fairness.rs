@@ -109,6 +109,15 @@ async fn announced(announcements: &mut [Announcements]) -> Vec<(usize, String)> 
     payloads
 }
 
+/// Right after `holder` released [`RESOURCE`] to the line: the key went to the waiter in
+/// line (granted or reserved), and `holder` cannot take it straight back.
+async fn releaser_cannot_take_it_back(holder: &Redlock) {
+    match holder.try_acquire(RESOURCE).await {
+        Err(LockError::Held { .. }) => {}
+        other => panic!("the releaser took the lock back from the line: {other:?}"),
+    }
+}
+
 /// On how many nodes [`RESOURCE`] holds `guard`'s token.
 async fn holding(nodes: &[MultiplexedConnection], guard: &quorumlock::LockGuard) -> usize {
     let mut holding = 0;
@@ -193,10 +202,7 @@ async fn a_release_grants_the_lock_to_the_waiter_in_line_without_a_round_of_its_
 
     let released = Instant::now();
     held.release().await.unwrap();
-    match holder.try_acquire(RESOURCE).await {
-        Err(LockError::Held { .. }) => {}
-        other => panic!("the releaser took the lock back from the line: {other:?}"),
-    }
+    releaser_cannot_take_it_back(&holder).await;
     let (got_it, guard) = tokio::time::timeout(SERVED_WITHIN, waiter)
         .await
         .expect("the waiter was never served")
@@ -389,10 +395,7 @@ async fn with_reservations_a_release_is_reserved_for_the_waiter_in_line_and_clai
     let released = Instant::now();
     held.release().await.unwrap();
     // The key is reserved for the waiter (or already its): the releaser cannot take it.
-    match holder.try_acquire(RESOURCE).await {
-        Err(LockError::Held { .. }) => {}
-        other => panic!("the releaser took the lock back from the line: {other:?}"),
-    }
+    releaser_cannot_take_it_back(&holder).await;
     let (got_it, guard) = tokio::time::timeout(SERVED_WITHIN, waiter)
         .await
         .expect("the waiter was never served")

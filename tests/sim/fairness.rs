@@ -214,6 +214,15 @@ async fn wait_in_line(cluster: &SimCluster, client: &str) {
     .await;
 }
 
+/// Right after `holder` released [`RESOURCE`] to the line: the key went to the waiter in
+/// line (granted or reserved), and `holder` cannot take it straight back.
+async fn releaser_cannot_take_it_back(holder: &Redlock) {
+    match holder.try_acquire(RESOURCE).await {
+        Err(LockError::Held { .. }) => {}
+        other => panic!("the releaser took the lock back from the line: {other:?}"),
+    }
+}
+
 /// A cluster of `nodes` nodes and a client `holder` of it, with `config`, that holds
 /// [`RESOURCE`].
 async fn holding_resource(nodes: usize, config: LockConfig) -> (SimCluster, Redlock, LockGuard) {
@@ -454,10 +463,7 @@ async fn the_releaser_cannot_barge_in(config: LockConfig) -> (SimCluster, LockGu
 
     let released = Instant::now();
     held.release().await.unwrap();
-    match holder.try_acquire(RESOURCE).await {
-        Err(LockError::Held { .. }) => {}
-        other => panic!("the releaser took the lock back from the line: {other:?}"),
-    }
+    releaser_cannot_take_it_back(&holder).await;
     let (got_it, guard) = waiter.await.unwrap();
     assert_eq!(
         got_it,
@@ -533,10 +539,7 @@ async fn the_releaser_cannot_take_a_key_granted_to_the_line() {
     held.release().await.unwrap();
     let granted = queued_tokens(&cluster, "waiter");
     assert_eq!(cluster.holders(RESOURCE), vec![Some(granted[0].clone()); 3]);
-    match holder.try_acquire(RESOURCE).await {
-        Err(LockError::Held { .. }) => {}
-        other => panic!("the releaser took the lock back from the line: {other:?}"),
-    }
+    releaser_cannot_take_it_back(&holder).await;
 
     let (got_it, guard) = waiter.await.unwrap();
     // Its next refresh, after the wait for grants it did not hear of, found the key granted
@@ -617,10 +620,7 @@ async fn with_reservations_the_releaser_cannot_take_a_key_reserved_for_the_line(
     held.release().await.unwrap();
     let reserved = LockToken::from_string(format!("quorumlock:reserved:{}", in_line.as_str()));
     assert_eq!(cluster.holders(RESOURCE), vec![Some(reserved); 3]);
-    match holder.try_acquire(RESOURCE).await {
-        Err(LockError::Held { .. }) => {}
-        other => panic!("the releaser took the lock back from the line: {other:?}"),
-    }
+    releaser_cannot_take_it_back(&holder).await;
 
     let (got_it, guard) = waiter.await.unwrap();
     assert_eq!(
